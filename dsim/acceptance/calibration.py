@@ -1,0 +1,243 @@
+"""Sequential Temperature Scaling of conditional confidences (DESIGN.md 3) and its metrics.
+
+The scheduler multiplies conditional confidences into prefix survivals a_k, so calibration is
+judged on a_k against "the first k drafts were all accepted", position by position: T_k is
+fitted with T_1..T_{k-1} already fixed, because a_k inherits their errors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+from scipy.stats import rankdata
+
+from dsim.acceptance.trace import (
+    conf_columns,
+    read_acceptance_trace,
+    trace_gamma,
+    update_trace_metadata,
+)
+from dsim.errors import InputError
+from dsim.fileio import atomic_dir, write_json
+
+CLIP = 1e-6
+N_BINS = 20
+COARSE_GRID = np.geomspace(0.05, 20.0, 71)  # ~9% apart
+FINE_POINTS = 41  # between the coarse neighbours of the best point: ~0.4% apart
+_CHUNK = 1 << 20  # grid points x rows evaluated at once (bounds memory, keeps numpy busy)
+
+
+def logit(conf: np.ndarray) -> np.ndarray:
+    c = np.clip(conf, CLIP, 1.0 - CLIP)
+    return np.log(c) - np.log1p(-c)
+
+
+def apply_temperatures(conf: np.ndarray, temperatures: np.ndarray) -> np.ndarray:
+    """c' = sigmoid(logit(c) / T_k), column k by T_k; c is clipped to [1e-6, 1 - 1e-6] first."""
+    return expit(logit(conf) / np.asarray(temperatures, dtype=np.float64))
+
+
+def prefix_labels(accepted: np.ndarray, gamma: int) -> np.ndarray:
+    """(N, gamma) 0/1: column k-1 says the first k drafts were all accepted."""
+    return (np.asarray(accepted)[:, None] >= np.arange(1, gamma + 1)).astype(np.float64)
+
+
+def ece(pred: np.ndarray, label: np.ndarray, bins: int = N_BINS) -> np.ndarray | float:
+    """Expected calibration error with equal-width bins: sum_b (n_b/N) |mean pred - mean label|.
+
+    `pred` may be (G, N) to score G candidate predictions against one label vector at once.
+    """
+    p = np.atleast_2d(pred)
+    g, n = p.shape
+    b = np.minimum((p * bins).astype(np.int64), bins - 1) + bins * np.arange(g)[:, None]
+    gap = np.bincount(b.ravel(), weights=(p - label).ravel(), minlength=g * bins)
+    out = np.abs(gap.reshape(g, bins)).sum(axis=1) / n
+    return out if np.ndim(pred) == 2 else float(out[0])
+
+
+def reliability_bins(
+    pred: np.ndarray, label: np.ndarray, bins: int = N_BINS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per equal-width bin: mean prediction, observed frequency (NaN when empty), count."""
+    b = np.minimum((pred * bins).astype(np.int64), bins - 1)
+    count = np.bincount(b, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_pred = np.bincount(b, weights=pred, minlength=bins) / count
+        observed = np.bincount(b, weights=label, minlength=bins) / count
+    return mean_pred, observed, count
+
+
+def auc(score: np.ndarray, label: np.ndarray) -> float:
+    """Area under the ROC curve by the Mann-Whitney rank sum (ties count half); NaN if one class."""
+    pos = np.asarray(label) > 0.5
+    n1 = int(pos.sum())
+    n0 = pos.size - n1
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    ranks = rankdata(score)
+    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def brier(pred: np.ndarray, label: np.ndarray) -> float:
+    return float(np.mean((pred - label) ** 2))
+
+
+def fit_sts(conf: np.ndarray, accepted: np.ndarray) -> np.ndarray:
+    """Temperatures T_1..T_gamma minimising the ECE of each prefix survival, in order."""
+    z = logit(conf)
+    labels = prefix_labels(accepted, conf.shape[1])
+    survival = np.ones(len(conf))
+    temps = np.empty(conf.shape[1])
+    for k in range(conf.shape[1]):
+        best = _grid_argmin(COARSE_GRID, survival, z[:, k], labels[:, k])
+        i = int(np.searchsorted(COARSE_GRID, best))
+        lo, hi = COARSE_GRID[max(i - 1, 0)], COARSE_GRID[min(i + 1, len(COARSE_GRID) - 1)]
+        temps[k] = _grid_argmin(np.geomspace(lo, hi, FINE_POINTS), survival, z[:, k], labels[:, k])
+        survival = survival * expit(z[:, k] / temps[k])
+    return temps
+
+
+def _grid_argmin(grid: np.ndarray, survival: np.ndarray, zk: np.ndarray, yk: np.ndarray) -> float:
+    """The grid temperature whose survival * sigmoid(zk / T) has the smallest ECE against yk."""
+    step = max(1, _CHUNK // max(len(zk), 1))
+    scores = np.concatenate(
+        [
+            ece(survival * expit(zk / grid[s : s + step, None]), yk)
+            for s in range(0, len(grid), step)
+        ]
+    )
+    return float(grid[int(np.argmin(scores))])
+
+
+def position_metrics(
+    conf: np.ndarray, accepted: np.ndarray, temperatures: np.ndarray
+) -> list[dict[str, Any]]:
+    """ECE, AUC and Brier of the prefix survival per position, raw and after STS.
+
+    AUC at position 1 cannot move (one monotone map); from position 2 on the survival is a
+    product of factors scaled by different T_i, so its ranking, and its AUC, may move slightly.
+    """
+    labels = prefix_labels(accepted, conf.shape[1])
+    before = np.cumprod(conf, axis=1)
+    after = np.cumprod(apply_temperatures(conf, temperatures), axis=1)
+    rows = []
+    for k in range(conf.shape[1]):
+        y = labels[:, k]
+        row: dict[str, Any] = {
+            "position": k + 1,
+            "temperature": float(temperatures[k]),
+            "rounds": len(y),
+            "survival_rate": float(y.mean()),
+        }
+        for tag, pred in (("before", before[:, k]), ("after", after[:, k])):
+            row[f"ece_{tag}"] = ece(pred, y)
+            row[f"auc_{tag}"] = _finite_or_none(auc(pred, y))
+            row[f"brier_{tag}"] = brier(pred, y)
+        rows.append(row)
+    return rows
+
+
+def _finite_or_none(x: float) -> float | None:
+    """JSON has no NaN: an undefined metric is written as null."""
+    return x if np.isfinite(x) else None
+
+
+def split_by_sequence(
+    seq_id: np.ndarray, holdout: float, seed: int, path: str | Path | None = None
+) -> np.ndarray:
+    """Held-out mask over rows, whole sequences at a time (rounds of a sequence are correlated).
+
+    holdout = 0 holds nothing out (metrics are then in-sample).
+    """
+    if not 0.0 <= holdout < 1.0:
+        raise InputError(None, None, f"--holdout must be in [0, 1), got {holdout}")
+    if holdout == 0.0:
+        return np.zeros(len(seq_id), dtype=bool)
+    ids = np.unique(seq_id)
+    n_held = round(holdout * len(ids))
+    if not 1 <= n_held < len(ids):
+        raise InputError(
+            path, None, f"{len(ids)} sequence(s) cannot be split with holdout {holdout}"
+        )
+    held = np.random.default_rng(seed).permutation(ids)[:n_held]
+    return np.isin(seq_id, held)
+
+
+def read_calibration(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, "calibration file not found")
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    return obj
+
+
+def parse_temperatures(obj: Any, where: str | Path | None, gamma: int) -> np.ndarray:
+    """The first gamma temperatures of a calibration object ({"temperatures": [...], ...})."""
+    temps = obj.get("temperatures") if isinstance(obj, dict) else None
+    if not isinstance(temps, list) or not temps:
+        raise InputError(where, None, "calibration needs a non-empty list 'temperatures'")
+    try:
+        arr = np.asarray(temps, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(where, None, "calibration 'temperatures' must be numbers") from None
+    bad = ~np.isfinite(arr) | (arr <= 0)
+    if bad.any():
+        k = int(np.argmax(bad)) + 1
+        raise InputError(where, None, f"temperature {k} must be positive, got {temps[k - 1]!r}")
+    if len(arr) < gamma:
+        raise InputError(where, None, f"calibration has {len(arr)} temperatures, gamma is {gamma}")
+    return arr[:gamma]
+
+
+def calibrate_trace(
+    trace: str | Path,
+    out_dir: str | Path,
+    holdout: float = 0.3,
+    seed: int = 0,
+    write_sidecar: bool = False,
+) -> dict[str, Any]:
+    """Fit STS on one part of the trace's sequences, report on the rest, write the results.
+
+    Writes out_dir/calibration.json and out_dir/reliability.png (together, atomically); with
+    `write_sidecar` the same calibration object goes under the trace sidecar's "calibration".
+    """
+    from dsim.acceptance.reliability import plot_reliability  # matplotlib only when plotting
+
+    df, _ = read_acceptance_trace(trace)
+    gamma = trace_gamma(df)
+    conf = df[conf_columns(gamma)].to_numpy(np.float64)
+    accepted = df["accepted"].to_numpy(np.int64)
+    seq_id = df["seq_id"].to_numpy()
+    held = split_by_sequence(seq_id, holdout, seed, trace)
+    fit = ~held
+    report_on = held if held.any() else fit
+    temps = fit_sts(conf[fit], accepted[fit])
+    report = {
+        "method": "sequential temperature scaling",
+        "temperatures": temps.tolist(),
+        "gamma": gamma,
+        "ece_bins": N_BINS,
+        "split": {
+            "seed": seed,
+            "holdout": holdout,
+            "fit_sequences": len(np.unique(seq_id[fit])),
+            "fit_rounds": int(fit.sum()),
+            "report_sequences": len(np.unique(seq_id[report_on])),
+            "report_rounds": int(report_on.sum()),
+            "metrics_on": "held-out" if held.any() else "in-sample",
+        },
+        "metrics": position_metrics(conf[report_on], accepted[report_on], temps),
+    }
+    with atomic_dir(out_dir) as tmp:
+        write_json(tmp / "calibration.json", {"trace": str(trace), **report})
+        plot_reliability(conf[report_on], accepted[report_on], temps, tmp / "reliability.png")
+    if write_sidecar:
+        update_trace_metadata(trace, {"calibration": report})
+    return report

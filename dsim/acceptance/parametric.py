@@ -1,0 +1,96 @@
+"""Parametric acceptance: per-position conditional acceptance with per-request and per-round
+variation, and confidences that carry real but imperfect information.
+
+For request r with domain d at round t, the true conditional acceptance probability of draft k is
+    p[r,k] = sigmoid(logit(q[d,k]) + shift[d] + u[r] + e[r,t,k]),
+u ~ N(0, spread_req^2) fixed per request, e ~ N(0, spread^2) fresh each round. Drafts are accepted
+left to right with probability p; the first rejection ends the prefix. The drafter reports
+    c[r,k] = sigmoid(overconf * logit(p[r,k])),
+so with overconf = 1 the confidence is exactly calibrated (P(accept | c) = c) and its
+discrimination grows with the spreads; overconf > 1 is the over-confidence that STS removes
+(temperature 1/overconf). `shift[d]` is solved so that the mean accepted length at full
+verification matches the domain's reference tau (presets); it is 0 for explicit position means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import expit, logit
+
+
+@dataclass(frozen=True)
+class DomainModel:
+    """One domain's acceptance: position means q_1..q_gamma plus the logit shift to apply."""
+
+    name: str
+    q: tuple[float, ...]
+    shift: float = 0.0
+
+
+@dataclass
+class ParametricAcceptance:
+    """AcceptanceSource over a weighted mix of domains (see module docstring)."""
+
+    gamma: int
+    domains: list[DomainModel]
+    weights: np.ndarray
+    spread: float = 1.0
+    spread_req: float = 0.5
+    overconf: float = 1.0
+    _base: np.ndarray = field(init=False, repr=False)
+    _dom: np.ndarray = field(init=False, repr=False)
+    _z: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._base = np.array(
+            [logit(np.clip(_extend(d.q, self.gamma), 1e-9, 1 - 1e-9)) + d.shift for d in self.domains]
+        )
+        self.weights = np.asarray(self.weights, dtype=np.float64) / np.sum(self.weights)
+
+    @property
+    def domain_names(self) -> np.ndarray:
+        """Domain name of each bound request (for writing synthetic acceptance traces)."""
+        return np.array([d.name for d in self.domains])[self._dom]
+
+    def bind(self, n_requests: int, rng: np.random.Generator) -> None:
+        self._dom = rng.choice(len(self.domains), size=n_requests, p=self.weights)
+        self._z = self._base[self._dom]
+        if self.spread_req:
+            self._z = self._z + rng.normal(0.0, self.spread_req, size=(n_requests, 1))
+
+    def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        z = self._z[idx]
+        if self.spread:
+            z = z + rng.normal(0.0, self.spread, size=z.shape)
+        p = expit(z)
+        ok = rng.random(z.shape) < p
+        accepted = np.cumprod(ok, axis=1).sum(axis=1)
+        conf = p if self.overconf == 1.0 else expit(self.overconf * z)
+        return conf, accepted
+
+
+def _extend(q: tuple[float, ...], gamma: int) -> np.ndarray:
+    """Position means for gamma drafts: truncate, or repeat the last position's mean."""
+    q = np.asarray(q, dtype=np.float64)
+    return q[:gamma] if gamma <= len(q) else np.concatenate([q, np.full(gamma - len(q), q[-1])])
+
+
+def expected_tau(q: np.ndarray, shift: float, spread: float, spread_req: float, n: int = 20000) -> float:
+    """Mean tokens per round (incl. bonus) at full verification, by fixed-seed Monte Carlo."""
+    rng = np.random.default_rng(12345)
+    z = logit(q) + shift
+    noise = rng.normal(0.0, spread, size=(n, len(q))) + rng.normal(0.0, spread_req, size=(n, 1))
+    survive = np.cumprod(expit(z + noise), axis=1)
+    return float(1.0 + survive.sum(axis=1).mean())
+
+
+@lru_cache(maxsize=256)
+def fit_shift(q: tuple[float, ...], tau: float, spread: float, spread_req: float) -> float:
+    """Logit shift that makes expected_tau match `tau` (the preset's reference figure)."""
+    qa = np.clip(np.asarray(q), 1e-6, 1 - 1e-6)
+    f = lambda s: expected_tau(qa, s, spread, spread_req) - tau  # noqa: E731
+    return float(brentq(f, -12.0, 12.0, xtol=1e-6))

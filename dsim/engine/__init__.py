@@ -1,0 +1,1 @@
+"""The serving engine: a simpy replica with continuous batching and speculative decoding."""

@@ -1,0 +1,234 @@
+"""One serving replica as a simpy process: continuous batching with speculative decoding.
+
+Each step the replica (1) admits queued requests FCFS under --max-seqs and the paged KV budget,
+(2) makes room in the KV cache for this round's verify tokens, preempting the most recently
+admitted request by recompute if it must, (3) asks the acceptance model for the running
+requests' confidences and the policy for their verify lengths, (4) adds a chunk of prefill work,
+and (5) waits one step latency from the hardware profile before committing the tokens.
+
+The running batch lives in one int64 matrix (a row per request, a column per counter), so a
+round is a few in-place numpy operations over the batch, whatever its size; rows leave the
+matrix, and their counters go back to the per-request arrays, only when a request finishes or
+is preempted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from dsim.acceptance.sources import AcceptanceSource
+from dsim.engine.config import DraftCost, EngineConfig
+from dsim.errors import InputError
+from dsim.hardware.latency import LatencyModel
+from dsim.workload import Workload
+
+# Columns of the running-batch matrix.
+ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
+COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
+
+
+@dataclass
+class StepLog:
+    """Per-step engine state, for invariants and load plots."""
+
+    start_s: np.ndarray
+    latency_s: np.ndarray
+    num_running: np.ndarray
+    batch_tokens: np.ndarray
+    prefill_tokens: np.ndarray
+    kv_blocks_used: np.ndarray
+
+
+class Replica:
+    """Queues and per-request records as arrays; the decode batch as a matrix (see module doc)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        latency: LatencyModel,
+        draft_cost: DraftCost,
+        acceptance: AcceptanceSource,
+        policy,
+        cfg: EngineConfig,
+        rng: np.random.Generator,
+    ) -> None:
+        n = len(workload)
+        self.w, self.latency, self.draft_cost = workload, latency, draft_cost
+        self.acceptance, self.policy, self.cfg, self.rng = acceptance, policy, cfg, rng
+        self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
+        self.generated = np.zeros(n, np.int64)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.counters = np.zeros((n, len(COUNTERS)), np.int64)
+        self.preemptions = np.zeros(n, np.int64)
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
+        self.batch = np.zeros((0, 8), np.int64)
+        self.next_arrival = 0
+        self.admissions = 0
+        self.used_blocks = 0
+        self.finished = 0
+        self.log: list[tuple[float, float, int, int, int, int]] = []
+        self._check_fits()
+
+    def _check_fits(self) -> None:
+        need = self.w.prompt_tokens + self.w.output_tokens + self.lookahead
+        too_big = np.flatnonzero(need > self.cfg.kv_tokens)
+        if len(too_big):
+            i = int(too_big[0])
+            raise InputError(
+                self.w.source,
+                i + 1,
+                f"request needs {int(need[i])} KV tokens, more than --kv-tokens {self.cfg.kv_tokens}",
+            )
+
+    def _blocks_for(self, tokens):
+        return -(-tokens // self.cfg.block_size)
+
+    # -- admission, KV growth, preemption -------------------------------------------------
+    def _admit(self, now: float) -> None:
+        arrival = self.w.arrival_s
+        if self.next_arrival < len(arrival) and arrival[self.next_arrival] <= now:
+            arrived = int(np.searchsorted(arrival, now, side="right"))
+            self.waiting.extend(range(self.next_arrival, arrived))
+            self.next_arrival = arrived
+        while self.waiting and len(self.batch) + len(self.prefilling) < self.cfg.max_seqs:
+            i = self.waiting[0]
+            context = int(self.w.prompt_tokens[i] + self.generated[i])
+            need = self._blocks_for(context + 1)
+            if self.used_blocks + need > self.cfg.kv_blocks:
+                break
+            self.waiting.popleft()
+            self.used_blocks += need
+            self.prefilling.append([i, context, need, self.admissions])
+            self.admissions += 1
+
+    def _reserve_decode_blocks(self) -> None:
+        """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
+        while len(self.batch):
+            b = self.batch
+            need = (b[:, CTX] + (self.lookahead + self.cfg.block_size - 1)) // self.cfg.block_size
+            grow = int(need.sum() - b[:, BLOCKS].sum())
+            if self.used_blocks + grow <= self.cfg.kv_blocks:
+                b[:, BLOCKS] = need
+                self.used_blocks += grow
+                return
+            victim = int(np.argmax(b[:, ORDER]))
+            i = int(b[victim, ID])
+            self.preemptions[i] += 1
+            self.waiting.appendleft(i)
+            self._leave(np.arange(len(b)) == victim)
+
+    def _leave(self, rows: np.ndarray) -> None:
+        """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
+        b = self.batch
+        ids = b[rows, ID]
+        self.counters[ids] = b[rows][:, COUNTERS]
+        self.generated[ids] = self.w.output_tokens[ids] - b[rows, LEFT]
+        self.used_blocks -= int(b[rows, BLOCKS].sum())
+        self.batch = b[~rows]
+
+    # -- one step -----------------------------------------------------------------------------
+    def _prefill_chunks(self) -> list[int]:
+        budget, takes = self.cfg.prefill_chunk, []
+        for entry in self.prefilling:
+            take = min(entry[1], budget)
+            if take == 0:
+                break
+            takes.append(take)
+            budget -= take
+        return takes
+
+    def step(self, now: float) -> tuple[float, Callable[[float], None]] | None:
+        """Plan one step at time `now`: its latency and the commit to run when it ends."""
+        self._admit(now)
+        self._reserve_decode_blocks()
+        b = self.batch
+        takes = self._prefill_chunks()
+        r, p = len(b), sum(takes)
+        if r == 0 and p == 0:
+            return None
+        kv = int(b[:, CTX].sum()) + sum(
+            int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
+            for e, t in zip(self.prefilling, takes)
+        )
+        ctx = kv / (r + len(takes))
+        draft_s, lengths, truth = 0.0, None, None
+        batch_tokens = p
+        if r:
+            conf, truth = self.acceptance.draw(b[:, ID], self.rng)
+            if self.policy.drafts:
+                draft_s = self.draft_cost.seconds(r, ctx, self.latency)
+            lengths = self.policy.lengths(
+                conf, lambda x: 1.0 / (draft_s + self.latency.latency(x + p, ctx)), truth
+            )
+            batch_tokens += r + int(lengths.sum())
+        step_s = draft_s + self.latency.latency(batch_tokens, ctx)
+        self.log.append((now, step_s, r, batch_tokens, p, self.used_blocks))
+
+        def commit(end: float) -> None:
+            if r:
+                self._commit_decode(lengths, truth, end)
+            self._commit_prefill(takes, end)
+
+        return step_s, commit
+
+    def _commit_decode(self, lengths: np.ndarray, truth: np.ndarray, end: float) -> None:
+        b = self.batch
+        acc = np.minimum(truth, lengths)
+        emit = np.minimum(acc + 1, b[:, LEFT])
+        b[:, CTX] += emit
+        b[:, LEFT] -= emit
+        b[:, ROUNDS] += 1
+        b[:, VERIFIED] += lengths
+        b[:, ACCEPTED] += acc
+        done = b[:, LEFT] == 0
+        if done.any():
+            self.finish[b[done, ID]] = end
+            self.finished += int(done.sum())
+            self._leave(done)
+
+    def _commit_prefill(self, takes: list[int], end: float) -> None:
+        rows = []
+        for entry, take in zip(self.prefilling, takes):
+            entry[1] -= take
+            if entry[1] == 0:
+                rows.append(entry)
+        if not rows:
+            return
+        self.prefilling = [e for e in self.prefilling if e[1] > 0]
+        for i, _, blocks, order in rows:  # the prefill step emits a token (DESIGN.md 8)
+            self.generated[i] += 1
+            if np.isnan(self.first_token[i]):
+                self.first_token[i] = end
+            left = int(self.w.output_tokens[i] - self.generated[i])
+            if left == 0:
+                self.finish[i] = end
+                self.finished += 1
+                self.used_blocks -= blocks
+                continue
+            row = [i, int(self.w.prompt_tokens[i] + self.generated[i]), left, blocks, order]
+            self.batch = np.vstack([self.batch, [*row, *self.counters[i]]])
+
+    def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
+        """The simpy process: step until every request has finished."""
+        n = len(self.w)
+        while self.finished < n:
+            planned = self.step(env.now)
+            if planned is None:  # idle: sleep until the next arrival
+                yield env.timeout(self.w.arrival_s[self.next_arrival] - env.now)
+                continue
+            step_s, commit = planned
+            yield env.timeout(step_s)
+            commit(env.now)
+            if progress is not None and len(self.log) % 2000 == 0:
+                progress(self.finished)
+
+    def step_log(self) -> StepLog:
+        cols = np.array(self.log, dtype=np.float64).reshape(-1, 6).T
+        return StepLog(cols[0], cols[1], *(c.astype(np.int64) for c in cols[2:]))

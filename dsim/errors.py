@@ -1,0 +1,19 @@
+"""The one exception that bad input raises; the CLI turns it into one line and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad user input: names the file, the row (when there is one) and the problem."""
+
+    def __init__(self, path: str | Path | None, row: int | None, problem: str) -> None:
+        self.path = str(path) if path is not None else None
+        self.row = row
+        self.problem = problem
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = [p for p in (self.path, None if self.row is None else f"row {self.row}") if p]
+        return ": ".join([*where, self.problem])

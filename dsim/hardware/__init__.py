@@ -1,0 +1,1 @@
+"""Hardware load profiles: reading, interpolating, roofline estimates and measurement."""

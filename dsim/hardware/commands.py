@@ -1,0 +1,132 @@
+"""`dsim profile`: measure a hardware load profile, estimate one by roofline, or show one."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+from dsim.errors import InputError
+
+CPU_BATCH_TOKENS = "1,2,3,4,6,8,12,16,24,32,48,64,96,128,192,256"
+CPU_SEQS = "1,2,4,8,16,32"
+CPU_CONTEXTS = "128,512,1024"
+
+profile_app = typer.Typer(
+    help="Hardware load profiles: measure (random weights, real forward passes), estimate "
+    "(--roofline GPU), or show one (profile show FILE).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+def parse_ints(text: str, option: str, allow_zero: bool = False) -> tuple[int, ...]:
+    """A comma-separated list of positive (or non-negative) integers."""
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = int(item)
+        except ValueError:
+            value = -1
+        if value < 0 or (value == 0 and not allow_zero):
+            kind = "non-negative" if allow_zero else "positive"
+            raise InputError(None, None, f"{option}: {item!r} is not a {kind} integer")
+        values.append(value)
+    return tuple(sorted(set(values)))
+
+
+@profile_app.callback()
+def profile(
+    ctx: typer.Context,
+    model: str = typer.Option(
+        "smollm2-135m",
+        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, "
+        "llama3-8b) or a path to a Hugging Face config.json.",
+    ),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    dtype: str = typer.Option(
+        "auto", help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16."
+    ),
+    batch_tokens: str = typer.Option(
+        None,
+        help=f"Batch tokens B to measure (default: {CPU_BATCH_TOKENS}; "
+        "roofline: 1..16 then log-spaced to 4096).",
+    ),
+    seqs: str = typer.Option(
+        CPU_SEQS,
+        help="Allowed sequence counts R; each B uses the R dividing it with B/R nearest 4.",
+    ),
+    contexts: str = typer.Option(
+        None,
+        help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
+        "roofline: 512,1024,2048,4096,8192,16384).",
+    ),
+    repeats: int = typer.Option(5, help="Timed steps per point (median, p10, p90)."),
+    warmup: int = typer.Option(2, help="Untimed steps per point before timing."),
+    threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    roofline: str = typer.Option(
+        None,
+        help="Estimate with the analytic roofline for this GPU (h100, h200, a100) "
+        "instead of measuring.",
+    ),
+    drafter: bool = typer.Option(
+        False, help="Profile a drafter stand-in (one layer of the target's width)."
+    ),
+    out: Path = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it)."),
+) -> None:
+    """Measure a profile (or estimate it with --roofline) and write CSV + JSON sidecar."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
+    command = shlex.join(["dsim", *sys.argv[1:]])
+    b = None if batch_tokens is None else parse_ints(batch_tokens, "--batch-tokens")
+    if roofline is not None:
+        from dsim.hardware.roofline import CONTEXTS, write_roofline
+
+        c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
+        if drafter:
+            raise InputError(None, None, "--drafter is not supported with --roofline")
+        df = write_roofline(roofline, model, out, b, c, command=command)
+        typer.echo(f"wrote {out} ({len(df)} points, roofline ESTIMATE)")
+        return
+    from dsim.hardware.measure import Grid, profile_model
+
+    grid = Grid(
+        batch_tokens=b or parse_ints(CPU_BATCH_TOKENS, "--batch-tokens"),
+        seqs=parse_ints(seqs, "--seqs"),
+        contexts=parse_ints(contexts or CPU_CONTEXTS, "--contexts", allow_zero=True),
+    )
+    df = profile_model(
+        model,
+        grid,
+        out,
+        device=device,
+        dtype=dtype,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        drafter=drafter,
+        command=command,
+    )
+    typer.echo(f"wrote {out} ({len(df)} measured points)")
+
+
+@profile_app.command("show")
+def show(
+    file: Path = typer.Argument(..., help="Profile CSV."),
+    out: Path = typer.Option(None, help="PNG to write (default: FILE with .png)."),
+) -> None:
+    """Print the curve and plot SPS(B) and tokens/s against B per context, knee marked."""
+    from dsim.hardware.show import show_profile
+
+    png = show_profile(file, out)
+    typer.echo(f"wrote {png}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `dsim profile` (and `dsim profile show`) to the dsim app."""
+    app.add_typer(profile_app, name="profile")

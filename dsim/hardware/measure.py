@@ -1,0 +1,328 @@
+"""Measured hardware load profiles: time real verification steps of a random-weight model.
+
+The model comes from a zoo config (transformers' own model classes, random weights: latency
+does not depend on weight values) with a DynamicCache holding `context_len` tokens per
+sequence, the cache real-model mode uses. A point is R sequences each verifying q tokens
+(B = R*q) on top of that context; after each step the cache is cropped back, so every repeat
+sees the same context. The step timer is injectable: perf_counter on CPU, CUDA events on GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from dsim.errors import InputError
+from dsim.hardware import zoo
+from dsim.hardware.latency import write_profile
+from dsim.hardware.roofline import TOKENS_PER_SEQ
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+class StepTimer(Protocol):
+    def __call__(self, step: Callable[[], None]) -> float:
+        """Run `step` once and return its latency in seconds."""
+        ...
+
+
+def cpu_timer(step: Callable[[], None]) -> float:
+    """Wall time of a synchronous CPU step."""
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+class CudaEventTimer:
+    """GPU step time from CUDA events: kernels run asynchronously, so wall time would lie.
+
+    `cuda` is the `torch.cuda` module (injectable so the path is testable without a GPU).
+    """
+
+    def __init__(self, cuda: Any) -> None:
+        self.cuda = cuda
+
+    def __call__(self, step: Callable[[], None]) -> float:
+        start = self.cuda.Event(enable_timing=True)
+        end = self.cuda.Event(enable_timing=True)
+        self.cuda.synchronize()
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def time_point(
+    step: Callable[[], None],
+    reset: Callable[[], None],
+    timer: StepTimer,
+    repeats: int,
+    warmup: int,
+) -> np.ndarray:
+    """Seconds for `repeats` timed steps after `warmup` untimed ones; `reset` after every step."""
+    for _ in range(warmup):
+        step()
+        reset()
+    times = np.empty(repeats)
+    for i in range(repeats):
+        times[i] = timer(step)
+        reset()
+    return times
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Batch tokens B, allowed sequence counts R, and contexts per sequence to measure."""
+
+    batch_tokens: tuple[int, ...]
+    seqs: tuple[int, ...]
+    contexts: tuple[int, ...]
+
+    def points(self) -> list[tuple[int, int, int]]:
+        """(context_len, batch_tokens, num_seqs) in measuring order."""
+        return [(c, b, choose_seqs(b, self.seqs)) for c in self.contexts for b in self.batch_tokens]
+
+
+def choose_seqs(batch_tokens: int, seqs: Sequence[int]) -> int:
+    """The R in `seqs` dividing B whose q = B/R is nearest TOKENS_PER_SEQ (ties: more sequences).
+
+    The roofline assumes the same tokens per sequence, so estimate and measurement compare.
+    """
+    fits = [r for r in seqs if batch_tokens % r == 0]
+    if not fits:
+        raise InputError(
+            None, None, f"batch_tokens {batch_tokens} is not a multiple of any --seqs value {seqs}"
+        )
+    return min(fits, key=lambda r: (abs(batch_tokens // r - TOKENS_PER_SEQ), -r))
+
+
+def resolve_device(device: str) -> Any:
+    import torch
+
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(
+                None, None, f"--device cuda: no CUDA device (torch {torch.__version__})"
+            )
+        return torch.device("cuda")
+    raise InputError(None, None, f"--device must be cpu or cuda, got {device!r}")
+
+
+def resolve_dtype(dtype: str, device: Any) -> Any:
+    """`auto` is float32 on CPU (what real mode runs there) and bfloat16 on GPU."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise InputError(None, None, f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return getattr(torch, dtype)
+
+
+def drafter_standin(config: Any) -> Any:
+    """A one-layer block of the target's width: the cost shape of a DFlash/EAGLE-style drafter.
+
+    A stand-in until real drafter architectures exist; the sidecar says so.
+    """
+    small = copy.deepcopy(config)
+    small.num_hidden_layers = 1
+    if getattr(small, "layer_types", None):
+        small.layer_types = small.layer_types[:1]
+    return small
+
+
+def build_model(config: Any, device: Any, dtype: Any) -> Any:
+    """Random-weight causal LM from the config, on `device`, in eval mode (never downloads)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def filled_cache(config: Any, base: Any, num_seqs: int) -> Any:
+    """A DynamicCache with `base`'s context for `num_seqs` sequences in every layer."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    part = base[:num_seqs]
+    for layer in range(config.num_hidden_layers):
+        cache.update(part, part, layer)
+    return cache
+
+
+def measure_profile(
+    config: Any,
+    grid: Grid,
+    *,
+    device: Any,
+    dtype: Any,
+    repeats: int,
+    warmup: int,
+    timer: StepTimer,
+    on_point: Callable[[], None] = lambda: None,
+) -> tuple[pd.DataFrame, list[dict[str, int]]]:
+    """Median, p10 and p90 step latency at every grid point; points that run out of memory are
+    skipped and returned separately."""
+    import torch
+
+    model = build_model(config, device, dtype)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    kv_heads, width = config.num_key_value_heads, zoo.head_dim(config)
+    rows, skipped = [], []
+    for ctx in grid.contexts:
+        points = [(b, r) for c, b, r in grid.points() if c == ctx]
+        most = max(r for _, r in points)
+        base = torch.randn(most, kv_heads, ctx, width, generator=gen).to(device, dtype)
+        for b, r in points:
+            ids = torch.randint(config.vocab_size, (r, b // r), generator=gen).to(device)
+            try:
+                times = _time_steps(model, config, base, ids, timer, repeats, warmup)
+            except torch.OutOfMemoryError:
+                skipped.append({"batch_tokens": b, "context_len": ctx, "num_seqs": r})
+                _release(device)
+            else:
+                p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
+                rows.append((b, ctx, p50, r, p10, p90))
+            on_point()
+        del base
+        _release(device)
+    cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
+    df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])
+    return df, skipped
+
+
+def _time_steps(
+    model: Any, config: Any, base: Any, ids: Any, timer: StepTimer, repeats: int, warmup: int
+) -> np.ndarray:
+    import torch
+
+    cache = filled_cache(config, base, ids.shape[0])
+    q = ids.shape[1]
+
+    def step() -> None:
+        with torch.inference_mode():
+            model(input_ids=ids, cache=cache, use_cache=True)
+
+    return time_point(step, lambda: cache.crop(-q), timer, repeats, warmup)
+
+
+def _release(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def device_name(device: Any) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def profile_model(
+    model: str,
+    grid: Grid,
+    out: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "auto",
+    repeats: int = 5,
+    warmup: int = 2,
+    threads: int | None = None,
+    drafter: bool = False,
+    command: str = "",
+    timer: StepTimer | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Measure a profile of `model` (or its drafter stand-in) and write CSV + JSON sidecar."""
+    import torch
+    import transformers
+    from rich.progress import Progress
+
+    if repeats < 1 or warmup < 0:
+        raise InputError(None, None, "--repeats must be >= 1 and warm-up >= 0")
+    if threads is not None:
+        if threads < 1:
+            raise InputError(None, None, f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    config = zoo.load_config(model)
+    grid.points()  # validates every B against --seqs before the model is built
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    if drafter:
+        config = drafter_standin(config)
+    if timer is None:
+        timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"profiling {model}", total=len(grid.points()))
+        df, skipped = measure_profile(
+            config,
+            grid,
+            device=dev,
+            dtype=torch_dtype,
+            repeats=repeats,
+            warmup=warmup,
+            timer=timer,
+            on_point=lambda: bar.advance(task),
+        )
+    if df.empty:
+        raise InputError(None, None, "every grid point ran out of memory; nothing measured")
+    name = device_name(dev)
+    dtype_name = str(torch_dtype).removeprefix("torch.")
+    label = f"{model} drafter stand-in" if drafter else model
+    df = df.assign(device=name, model=label, dtype=dtype_name)
+    meta = {
+        "estimate": False,
+        "method": "measured: random-weight transformers model, DynamicCache, "
+        "R sequences x q tokens per step, cache cropped back after every step",
+        "model": model,
+        "model_config": zoo.describe(config),
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "device": name,
+        "device_type": dev.type,
+        "dtype": dtype_name,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "warmup": warmup,
+        "timer": "cuda events" if dev.type == "cuda" else "perf_counter",
+        "grid": {"batch_tokens": grid.batch_tokens, "seqs": grid.seqs, "contexts": grid.contexts},
+        "seqs_rule": f"R in seqs dividing B with B/R nearest {TOKENS_PER_SEQ}",
+        "skipped_out_of_memory": skipped,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
+    }
+    if drafter:
+        meta["drafter"] = "stand-in: one decoder layer of the target's width (not a real drafter)"
+    write_profile(df, out, meta)
+    return df

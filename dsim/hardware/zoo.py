@@ -1,0 +1,196 @@
+"""Architecture zoo: decoder-only configurations as transformers configs (DESIGN.md 6).
+
+Profiles are measured on the same transformers model classes that real-model mode runs, built
+from these configs with random weights, so a profile predicts real-mode latency without a
+download. Any Hugging Face `config.json` can stand in for a zoo name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
+
+from dsim.errors import InputError
+
+# The published architectures (hidden size, layers, heads, KV heads, head_dim, MLP, vocab).
+ZOO: dict[str, dict[str, Any]] = {
+    "smollm2-135m": dict(
+        model_type="llama",
+        hidden_size=576,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-4b": dict(
+        model_type="qwen3",
+        hidden_size=2560,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=9728,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        model_type="qwen3",
+        hidden_size=4096,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    ),
+    "qwen3-14b": dict(
+        model_type="qwen3",
+        hidden_size=5120,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=17408,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    ),
+    "llama3-8b": dict(
+        model_type="llama",
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    ),
+}
+
+CONFIG_CLASSES: dict[str, type[PretrainedConfig]] = {"llama": LlamaConfig, "qwen3": Qwen3Config}
+POSITIVE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+
+
+def load_config(model: str) -> PretrainedConfig:
+    """A zoo name or a path to a Hugging Face config.json (or its folder), validated."""
+    path = Path(model)
+    if model in ZOO:
+        fields, source = dict(ZOO[model]), model
+    elif path.suffix == ".json" or path.is_dir():
+        fields, source = _read_config_json(path), str(path)
+    else:
+        known = ", ".join(ZOO)
+        raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
+    validate_fields(fields, source)
+    cls = CONFIG_CLASSES[fields["model_type"]]
+    config = cls(**{k: v for k, v in fields.items() if k != "model_type"})
+    config.name_or_path = source
+    return config
+
+
+def _read_config_json(path: Path) -> dict[str, Any]:
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise InputError(file, None, "no such config file")
+    try:
+        fields = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(file, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    if not isinstance(fields, dict):
+        raise InputError(file, None, "config must be a JSON object")
+    fields.setdefault("num_key_value_heads", fields.get("num_attention_heads"))
+    return fields
+
+
+def validate_fields(fields: dict[str, Any], source: str) -> None:
+    """Reject configs that cannot build a model, with one line naming the field."""
+    kind = fields.get("model_type")
+    if kind not in CONFIG_CLASSES:
+        supported = ", ".join(CONFIG_CLASSES)
+        raise InputError(source, None, f"model_type {kind!r} not supported (use {supported})")
+    for name in POSITIVE_FIELDS:
+        value = fields.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(source, None, f"{name} must be a positive integer, got {value!r}")
+    heads, kv_heads = fields["num_attention_heads"], fields["num_key_value_heads"]
+    hidden, head_dim = fields["hidden_size"], fields.get("head_dim")
+    if head_dim is None and hidden % heads:
+        raise InputError(
+            source, None, f"num_attention_heads {heads} does not divide hidden_size {hidden}"
+        )
+    if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0):
+        raise InputError(source, None, f"head_dim must be a positive integer, got {head_dim!r}")
+    if heads % kv_heads:
+        raise InputError(
+            source, None, f"num_key_value_heads {kv_heads} does not divide num_attention_heads"
+        )
+
+
+def head_dim(config: PretrainedConfig) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def matmul_params(config: PretrainedConfig) -> int:
+    """Weights every step reads and multiplies: all layers plus the output projection.
+
+    The input embedding is a row gather (cheap), but the output projection is a full matmul
+    even when its weights are tied to the embedding.
+    """
+    h, hd = config.hidden_size, head_dim(config)
+    q_out = config.num_attention_heads * hd
+    kv_out = config.num_key_value_heads * hd
+    attn = h * q_out + 2 * h * kv_out + q_out * h
+    mlp = 3 * h * config.intermediate_size
+    norms = 2 * h + (2 * hd if config.model_type == "qwen3" else 0)
+    return config.num_hidden_layers * (attn + mlp + norms) + h + config.vocab_size * h
+
+
+def param_count(config: PretrainedConfig) -> int:
+    """Total parameters as published (tied output projection counted once)."""
+    embed = config.vocab_size * config.hidden_size
+    return matmul_params(config) + (0 if config.tie_word_embeddings else embed)
+
+
+def kv_bytes_per_token(config: PretrainedConfig, dtype_bytes: int = 2) -> int:
+    """KV-cache bytes one token of context occupies across all layers (K and V)."""
+    return (
+        2 * config.num_hidden_layers * config.num_key_value_heads * head_dim(config) * dtype_bytes
+    )
+
+
+def describe(config: PretrainedConfig) -> dict[str, Any]:
+    """The architecture fields a profile sidecar records."""
+    fields = ("model_type", *POSITIVE_FIELDS, "tie_word_embeddings")
+    out = {name: getattr(config, name) for name in fields}
+    out["head_dim"] = head_dim(config)
+    out["params"] = param_count(config)
+    return out

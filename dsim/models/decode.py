@@ -1,0 +1,77 @@
+"""Batched target forward passes with per-sequence KV caches that can be trimmed.
+
+Every pass appends the same number of cache slots to each sequence (the batch's widest query),
+and a boolean `valid` matrix says which slots each sequence may attend to. Padding, ragged
+query lengths and rejected drafts are all just invalid slots, so the cache never needs to be
+rewritten: `trim` after verification marks the rejected tail invalid. Positions (RoPE) count
+only valid tokens, so a sequence sees exactly what an unbatched run would.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class BatchDecoder:
+    """The target's KV caches for a batch of sequences, and forward passes over them."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.cache = None
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # (B, slots)
+        self.next_pos = torch.zeros(0, dtype=torch.long)  # (B,) valid tokens so far
+        self._last = 0  # width of the last appended block
+
+    @property
+    def batch(self) -> int:
+        return int(self.next_pos.shape[0])
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Run the prompts; returns the final hidden state at each prompt's last token (B, H)."""
+        width = max(len(p) for p in prompts)
+        self.cache = None
+        self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool)
+        self.next_pos = torch.zeros(len(prompts), dtype=torch.long)
+        tokens = torch.full((len(prompts), width), self.target.eos_id, dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+        hidden = self.extend(tokens, lengths)
+        self.trim(lengths)
+        return hidden[torch.arange(len(prompts)), lengths - 1]
+
+    def extend(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Append `tokens` (B, q); only the first lengths[b] of row b are real. Returns the final
+        hidden states (B, q, H). Call `trim` next to keep a prefix of the new slots."""
+        batch, q = tokens.shape
+        new_valid = torch.arange(q)[None, :] < lengths[:, None]
+        slots, ar = self.valid.shape[1], torch.arange(q)
+        allowed = torch.zeros(batch, q, slots + q, dtype=torch.bool)
+        allowed[:, :, :slots] = self.valid[:, None, :]
+        allowed[:, :, slots:] = torch.ones(q, q, dtype=torch.bool).tril() & new_valid[:, None, :]
+        allowed[:, ar, slots + ar] = True  # padded queries see themselves: no empty softmax row
+        mask = torch.zeros(allowed.shape, dtype=torch.float32)
+        mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
+        positions = self.next_pos[:, None] + torch.arange(q)[None, :]
+        with torch.no_grad():
+            out = self.target.model.model(
+                input_ids=tokens,
+                attention_mask=mask[:, None],
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+            )
+        self.cache = out.past_key_values
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        self._last = q
+        return out.last_hidden_state
+
+    def trim(self, keep: torch.Tensor) -> None:
+        """Keep the first keep[b] slots of the last appended block for each sequence."""
+        start = self.valid.shape[1] - self._last
+        self.valid[:, start:] &= torch.arange(self._last)[None, :] < keep[:, None]
+        self.next_pos += keep
+
+    def probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's next-token distribution (temperature 1) from final hidden states."""
+        return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)

@@ -1,0 +1,56 @@
+"""Console output shared by commands: the summary table and the progress bar."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console(stderr=False)
+
+_LABELS = {
+    "throughput_tok_s": ("throughput", "tok/s"),
+    "tps_p10": ("per-user speed p10", "tok/s/user"),
+    "tps_p50": ("per-user speed p50", "tok/s/user"),
+    "tps_p90": ("per-user speed p90", "tok/s/user"),
+    "ttft_p50_s": ("TTFT p50", "s"),
+    "ttft_p99_s": ("TTFT p99", "s"),
+    "tpot_p50_s": ("TPOT p50", "s"),
+    "tpot_p99_s": ("TPOT p99", "s"),
+    "accepted_length_mean": ("accepted length tau", "tok/round"),
+    "verification_waste": ("verification waste", "fraction"),
+    "mean_verify_budget": ("verify budget", "tok/request/round"),
+    "mean_batch_size": ("mean batch size", "requests"),
+}
+
+
+def summary_table(summary: dict, title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    table.add_row("requests", str(summary["requests"]), "")
+    table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
+    for key, (label, unit) in _LABELS.items():
+        table.add_row(label, f"{summary[key]:.4g}", unit)
+    return table
+
+
+@contextmanager
+def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator:
+    """Yields `update(done)`; shows a bar only on a terminal (and when enabled)."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(description, total=total)
+        yield lambda done, _total=None: progress.update(task, completed=done)

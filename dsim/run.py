@@ -1,0 +1,114 @@
+"""One simulation from its full description: the function behind `dsim run` and each sweep point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from dsim.acceptance.sources import parse_acceptance
+from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.replica import Replica, StepLog
+from dsim.errors import InputError
+from dsim.fileio import atomic_dir, write_json
+from dsim.hardware.latency import LatencyModel
+from dsim.metrics import REQUEST_COLUMNS, summarize
+from dsim.policies import parse_policy
+from dsim.workload import load_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
+DEFAULT_ACCEPTANCE = "preset:dspark:chat"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that determines a simulation's output (hashable, so sweeps can cache it)."""
+
+    trace: str = DEFAULT_TRACE
+    profile: str = DEFAULT_PROFILE
+    acceptance: str = DEFAULT_ACCEPTANCE
+    policy: str = "dspark"
+    gamma: int = 7
+    seed: int = 0
+    window: str | None = None
+    rate_scale: float = 1.0
+    max_requests: int | None = None
+    max_seqs: int = 256
+    kv_tokens: int = 500_000
+    prefill_chunk: int = 2048
+    draft_cost: str = "ratio:0.1"
+    sla_tps: float | None = None
+    calibration: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RunResult:
+    requests: pd.DataFrame
+    summary: dict
+    steps: StepLog
+
+
+def _window(text: str) -> tuple[float, float | None]:
+    start, sep, end = text.partition(":")
+    try:
+        return float(start or 0), (float(end) if end else None)
+    except ValueError:
+        raise InputError(None, None, f"--window {text!r}: expected START:END in seconds") from None
+
+
+def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Build inputs from `spec`, run the replica to completion, return records and summary."""
+    policy = parse_policy(spec.policy, spec.sla_tps)
+    cfg = EngineConfig(spec.gamma, spec.max_seqs, spec.kv_tokens, prefill_chunk=spec.prefill_chunk)
+    workload = load_workload(spec.trace, spec.seed)
+    if spec.window:
+        workload = workload.window(*_window(spec.window))
+    if spec.max_requests:
+        workload = workload.head(spec.max_requests)
+    workload = workload.scale_rate(spec.rate_scale)
+    latency = LatencyModel.from_csv(spec.profile)
+    acceptance = parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
+    draft_cost = parse_draft_cost(spec.draft_cost)
+    rng = np.random.default_rng(spec.seed)
+    acceptance.bind(len(workload), rng)
+    replica = Replica(workload, latency, draft_cost, acceptance, policy, cfg, rng)
+    env = simpy.Environment()
+    report = None if progress is None else (lambda done: progress(done, len(workload)))
+    env.process(replica.process(env, report))
+    env.run()
+    requests = pd.DataFrame(
+        {
+            "request_id": np.arange(len(workload), dtype=np.int64),
+            "arrival_s": workload.arrival_s,
+            "first_token_s": replica.first_token,
+            "finish_s": replica.finish,
+            "prompt_tokens": workload.prompt_tokens,
+            "output_tokens": workload.output_tokens,
+            "rounds": replica.counters[:, 0],
+            "verified_drafts": replica.counters[:, 1],
+            "accepted_drafts": replica.counters[:, 2],
+            "preemptions": replica.preemptions,
+        },
+        columns=list(REQUEST_COLUMNS),
+    )
+    steps = replica.step_log()
+    summary = summarize(requests, steps, spec.policy)
+    summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
+    summary["kv_capacity_blocks"] = cfg.kv_blocks
+    return RunResult(requests, summary, steps)
+
+
+def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:
+    """requests.parquet + summary.json (+ the spec), written as a whole or not at all."""
+    with atomic_dir(out) as tmp:
+        result.requests.to_parquet(tmp / "requests.parquet", index=False)
+        write_json(tmp / "summary.json", {**result.summary, "spec": spec.as_dict()})

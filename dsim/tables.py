@@ -1,0 +1,79 @@
+"""Reading tabular inputs (CSV, JSONL, parquet) with one-line, row-precise errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dsim.errors import InputError
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Load a CSV, JSONL or parquet file by extension; any parse failure becomes an InputError."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, "file not found")
+    if path.stat().st_size == 0:
+        raise InputError(path, None, "file is empty")
+    try:
+        if path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif path.suffix in (".jsonl", ".json"):
+            df = pd.read_json(path, lines=True)
+        else:
+            df = pd.read_csv(path, skipinitialspace=True)
+    except ValueError as exc:  # pandas raises ValueError subclasses for malformed files
+        raise InputError(path, None, f"cannot parse: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # pyarrow / csv errors
+        raise InputError(path, None, f"cannot parse: {str(exc).splitlines()[0]}") from None
+    if df.empty:
+        raise InputError(path, None, "no data rows")
+    return df
+
+
+def require_columns(df: pd.DataFrame, path: str | Path, columns: Iterable[str]) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(path, None, f"missing column(s) {', '.join(map(repr, missing))}")
+
+
+def numeric_column(
+    df: pd.DataFrame,
+    path: str | Path,
+    column: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    integer: bool = False,
+) -> np.ndarray:
+    """Column as float64, rejecting non-numeric cells, NaN and values of the wrong sign.
+
+    Rows are reported 1-based, counting data rows (the header is not a row).
+    """
+    raw = df[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        cell = raw.iloc[i]
+        what = "missing or NaN value" if pd.isna(cell) else f"non-numeric value {cell!r}"
+        raise InputError(path, i + 1, f"column {column!r}: {what}")
+    for flag, fails, text in (
+        (positive, values <= 0, "must be positive"),
+        (nonnegative, values < 0, "must not be negative"),
+        (integer, values != np.round(values), "must be an integer"),
+    ):
+        if flag and fails.any():
+            i = int(np.argmax(fails))
+            raise InputError(path, i + 1, f"column {column!r}: {text}, got {raw.iloc[i]!r}")
+    return values
+
+
+def check_sorted(values: np.ndarray, path: str | Path, column: str) -> None:
+    drops = np.diff(values) < 0
+    if drops.any():
+        i = int(np.argmax(drops)) + 2
+        raise InputError(path, i, f"column {column!r}: not sorted (goes back in time)")

@@ -1,0 +1,159 @@
+"""Arrival traces -> arrays: Azure 2023/2024 CSV, BurstGPT CSV, Mooncake JSONL, synthetic.
+
+A workload is three aligned arrays sorted by arrival: arrival_s (seconds from the trace's
+start), prompt_tokens and output_tokens. Every request emits at least one token (its prefill
+step emits the first), so token counts must be positive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dsim.errors import InputError
+from dsim.tables import check_sorted, numeric_column, read_table, require_columns
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def window(self, start: float, end: float | None) -> Workload:
+        """Keep arrivals in [start, end) seconds, re-based so the window starts at 0."""
+        hi = np.inf if end is None else end
+        keep = (self.arrival_s >= start) & (self.arrival_s < hi)
+        if not keep.any():
+            raise InputError(self.source, None, f"no arrivals in window {start}:{end}")
+        return Workload(
+            self.arrival_s[keep] - start,
+            self.prompt_tokens[keep],
+            self.output_tokens[keep],
+            self.source,
+        )
+
+    def scale_rate(self, factor: float) -> Workload:
+        """factor 2 = twice the load: inter-arrival times divided by the factor."""
+        if factor <= 0:
+            raise InputError(self.source, None, f"rate scale must be positive, got {factor}")
+        return Workload(self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source)
+
+    def head(self, n: int) -> Workload:
+        return Workload(self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source)
+
+
+# Column names of each file format: (timestamp, prompt, output).
+_FORMATS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+    "mooncake": ("timestamp", "input_length", "output_length"),
+}
+
+
+def _detect(df: pd.DataFrame, path: Path) -> str:
+    for name, cols in _FORMATS.items():
+        if cols[0] in df.columns:
+            return name
+    known = "; ".join(f"{n}: {', '.join(c)}" for n, c in _FORMATS.items())
+    raise InputError(path, None, f"unknown trace format (columns {list(df.columns)}); expected {known}")
+
+
+def _timestamps(df: pd.DataFrame, path: Path, fmt: str, column: str) -> np.ndarray:
+    if fmt == "azure":
+        ts = pd.to_datetime(df[column], errors="coerce", format="mixed")
+        bad = ts.isna().to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(path, i + 1, f"column {column!r}: bad timestamp {df[column].iloc[i]!r}")
+        return (ts - ts.iloc[0]).dt.total_seconds().to_numpy(np.float64)
+    seconds = numeric_column(df, path, column, nonnegative=True)
+    return seconds / 1e3 if fmt == "mooncake" else seconds
+
+
+def load_trace(path: str | Path) -> Workload:
+    """Read an arrival trace, detecting its format from the columns."""
+    path = Path(path)
+    df = read_table(path)
+    fmt = _detect(df, path)
+    ts_col, prompt_col, out_col = _FORMATS[fmt]
+    require_columns(df, path, _FORMATS[fmt])
+    if fmt == "burstgpt":  # failed requests are logged with zero response tokens
+        df = df[pd.to_numeric(df[out_col], errors="coerce") != 0].reset_index(drop=True)
+    arrival = _timestamps(df, path, fmt, ts_col)
+    check_sorted(arrival, path, ts_col)
+    prompt = numeric_column(df, path, prompt_col, positive=True, integer=True)
+    output = numeric_column(df, path, out_col, positive=True, integer=True)
+    return Workload(arrival - arrival[0], prompt.astype(np.int64), output.astype(np.int64), str(path))
+
+
+def _parse_kv(spec: str, body: str) -> dict[str, str]:
+    out = {}
+    for part in filter(None, body.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InputError(None, None, f"trace spec {spec!r}: expected key=value, got {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+_SYNTH_DEFAULTS = {
+    "rate": "4",
+    "cv": "1",
+    "duration": "600",
+    "prompt": "1024",
+    "output": "256",
+    "sigma": "0.8",
+}
+
+
+def synthetic(spec: str, seed: int) -> Workload:
+    """`synthetic:rate=4,cv=1,duration=600,prompt=1024,output=256,sigma=0.8[,n=N][,lengths=PATH]`.
+
+    Arrivals are a renewal process with Gamma inter-arrival times (cv=1 is Poisson, cv>1 bursty);
+    lengths are lognormal with the given means and log-sigma, or resampled from a trace file.
+    """
+    opts = {**_SYNTH_DEFAULTS, **_parse_kv(spec, spec.partition(":")[2])}
+    unknown = set(opts) - set(_SYNTH_DEFAULTS) - {"n", "lengths"}
+    if unknown:
+        raise InputError(None, None, f"trace spec {spec!r}: unknown key(s) {sorted(unknown)}")
+    try:
+        rate, cv, duration = float(opts["rate"]), float(opts["cv"]), float(opts["duration"])
+        n = int(opts["n"]) if "n" in opts else int(np.ceil(rate * duration * 1.5)) + 10
+        means = float(opts["prompt"]), float(opts["output"])
+        sigma = float(opts["sigma"])
+    except ValueError as exc:
+        raise InputError(None, None, f"trace spec {spec!r}: {exc}") from None
+    if min(rate, cv, *means) <= 0 or sigma < 0 or n <= 0:
+        raise InputError(None, None, f"trace spec {spec!r}: values must be positive")
+    rng = np.random.default_rng([seed, 0x5EED])
+    shape = 1.0 / cv**2
+    arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
+    arrival -= arrival[0]
+    if "n" not in opts:
+        arrival = arrival[arrival < duration]
+    k = len(arrival)
+    if "lengths" in opts:
+        pool = load_trace(opts["lengths"])
+        pick = rng.integers(0, len(pool), size=k)
+        prompt, output = pool.prompt_tokens[pick], pool.output_tokens[pick]
+    else:
+        prompt, output = (
+            np.maximum(1, np.round(rng.lognormal(np.log(m) - sigma**2 / 2, sigma, size=k)))
+            for m in means
+        )
+    return Workload(arrival, prompt.astype(np.int64), output.astype(np.int64), spec)
+
+
+def load_workload(spec: str, seed: int = 0) -> Workload:
+    """A trace path or a `synthetic:...` spec."""
+    if spec.startswith("synthetic"):
+        return synthetic(spec, seed)
+    return load_trace(spec)

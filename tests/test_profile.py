@@ -1,0 +1,318 @@
+"""`dsim profile`: architecture zoo, roofline estimate, measurement (CPU and a fake GPU), show."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dsim.cli import main
+from dsim.errors import InputError
+from dsim.hardware import zoo
+from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
+from dsim.hardware.measure import (
+    CudaEventTimer,
+    Grid,
+    build_model,
+    choose_seqs,
+    cpu_timer,
+    drafter_standin,
+    filled_cache,
+    measure_profile,
+    profile_model,
+    time_point,
+)
+from dsim.hardware.roofline import roofline_profile
+from dsim.hardware.show import curves, knee
+
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "vocab_size": 128,
+}
+
+
+@pytest.fixture
+def tiny_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run `dsim ARGS` through the real entry point; returns (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["dsim", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# --- architecture zoo -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("smollm2-135m", 134.5e6),
+        ("qwen3-4b", 4.02e9),
+        ("qwen3-8b", 8.19e9),
+        ("qwen3-14b", 14.77e9),
+        ("llama3-8b", 8.03e9),
+    ],
+)
+def test_zoo_parameter_counts_match_published(name, params):
+    assert zoo.param_count(zoo.load_config(name)) == pytest.approx(params, rel=0.005)
+
+
+def test_kv_bytes_per_token_qwen3_8b():
+    # 2 (K, V) * 36 layers * 8 KV heads * 128 dims * 2 bytes
+    assert zoo.kv_bytes_per_token(zoo.load_config("qwen3-8b")) == 147456
+
+
+def test_config_json_by_path(tiny_json):
+    config = zoo.load_config(str(tiny_json))
+    assert (config.hidden_size, zoo.head_dim(config)) == (32, 8)
+    assert zoo.load_config(str(tiny_json.parent)).num_hidden_layers == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer"),
+        ({"num_attention_heads": 5}, "num_attention_heads 5 does not divide hidden_size 32"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide"),
+        ({"model_type": "gpt2"}, "model_type 'gpt2' not supported"),
+    ],
+)
+def test_bad_config_gives_one_error_line(tmp_path, monkeypatch, capsys, change, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**TINY, **change}))
+    code, out, err = run_cli(monkeypatch, capsys, "profile", "--model", str(path), "--out", "x.csv")
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and str(path) in err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_unknown_model_lists_known_ones(monkeypatch, capsys, tmp_path):
+    out_csv = tmp_path / "p.csv"
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "--model", "gpt5", "--out", str(out_csv))
+    assert code == 2 and err.count("\n") == 1
+    assert "unknown model 'gpt5'" in err and "qwen3-8b" in err and "llama3-8b" in err
+    assert not out_csv.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch-tokens", "1,x"], "--batch-tokens: 'x' is not a positive integer"),
+        (["--batch-tokens", "3", "--seqs", "2"], "batch_tokens 3 is not a multiple"),
+        (["--device", "tpu"], "--device must be cpu or cuda"),
+        (["--roofline", "v100"], "unknown GPU 'v100'"),
+        ([], "--out PATH is required"),
+    ],
+)
+def test_bad_options_give_one_error_line(monkeypatch, capsys, tiny_json, args, message):
+    out = [] if not args else ["--out", str(tiny_json.parent / "p.csv")]
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "--model", str(tiny_json), *args, *out)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+# --- roofline ----------------------------------------------------------------------------------
+
+
+def test_roofline_flat_then_rising_with_batch_and_context():
+    df, meta = roofline_profile("h200", "qwen3-8b")
+    model = LatencyModel(df)
+    flat = model.latency(np.array([1, 2, 4]), 512)
+    assert np.ptp(flat) == 0.0  # weight reads dominate: extra tokens are free
+    assert model.latency(2048, 512) > 3 * model.latency(1, 512)  # compute bound far out
+    by_ctx = [model.latency(64, c) for c in (512, 2048, 8192, 16384)]
+    assert np.all(np.diff(by_ctx) > 0)
+    assert meta["estimate"] is True and meta["gpu"] == "h200"
+    assert set(meta) >= {"formula", "method", "model", "model_config", "tokens_per_seq"}
+    assert (df["num_seqs"] == np.ceil(df["batch_tokens"] / 4)).all()
+
+
+def test_roofline_light_load_matches_hand_computation():
+    df, meta = roofline_profile("h200", "qwen3-8b", batch_tokens=[1], contexts=[512])
+    weights_s = 2 * meta["matmul_params"] / 4.8e12
+    kv_s = 512 * 147456 / 4.8e12
+    assert df["latency_ms"].iloc[0] == pytest.approx((weights_s + kv_s + 1.5e-3) * 1e3)
+
+
+def test_roofline_cli_round_trips_through_latency_model(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "roof.csv"
+    code, _, _ = run_cli(
+        monkeypatch, capsys, "profile", "--roofline", "a100", "--model", "llama3-8b",
+        "--batch-tokens", "1,8,64,512", "--contexts", "1024,4096", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0
+    df = read_profile(out)
+    assert len(df) == 8 and df["device"].eq("a100 (roofline)").all()
+    model = LatencyModel.from_csv(out)
+    got = [model.latency(b, c) * 1e3 for b, c in zip(df["batch_tokens"], df["context_len"])]
+    np.testing.assert_allclose(got, df["latency_ms"], rtol=1e-5)
+    meta = profile_metadata(out)
+    assert meta["estimate"] is True and "--roofline a100" in meta["command"]
+
+
+# --- measurement -------------------------------------------------------------------------------
+
+
+def test_choose_seqs_prefers_four_tokens_per_sequence():
+    seqs = (1, 2, 4, 8, 16, 32)
+    got = [choose_seqs(b, seqs) for b in (1, 3, 6, 16, 96, 256)]
+    assert got == [1, 1, 2, 4, 32, 32]
+    with pytest.raises(InputError, match="not a multiple"):
+        choose_seqs(5, (2, 4))
+
+
+def test_time_point_warms_up_untimed_and_resets_after_every_step():
+    events: list[str] = []
+    ticks = iter(range(100))
+
+    def timer(step):
+        step()
+        return float(next(ticks))
+
+    times = time_point(lambda: events.append("step"), lambda: events.append("reset"), timer, 3, 2)
+    assert events == ["step", "reset"] * 5
+    np.testing.assert_array_equal(times, [0.0, 1.0, 2.0])
+
+
+def test_cache_keeps_fixed_context_across_repeats(tiny_json):
+    config = zoo.load_config(str(tiny_json))
+    model = build_model(config, torch.device("cpu"), torch.float32)
+    cache = filled_cache(config, torch.randn(3, 2, 16, 8), 2)
+    ids = torch.randint(config.vocab_size, (2, 4))
+
+    def step():
+        with torch.inference_mode():
+            model(input_ids=ids, cache=cache, use_cache=True)
+        assert cache.get_seq_length() == 20
+
+    time_point(step, lambda: cache.crop(-4), cpu_timer, 3, 1)
+    assert cache.get_seq_length() == 16
+
+
+class FakeCuda:
+    """Stands in for torch.cuda: every event record advances a fake GPU clock by 7 ms."""
+
+    def __init__(self) -> None:
+        self.clock_ms = 0.0
+        self.syncs = 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+                self.at: float | None = None
+                self.synced = False
+
+            def record(self) -> None:
+                cuda.clock_ms += 7.0
+                self.at = cuda.clock_ms
+
+            def synchronize(self) -> None:
+                self.synced = True
+
+            def elapsed_time(self, end: Event) -> float:
+                assert end.synced, "elapsed_time read before the end event completed"
+                return end.at - self.at
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+
+def test_gpu_timer_path_with_fake_device(tiny_json):
+    cuda = FakeCuda()
+    config = zoo.load_config(str(tiny_json))
+    grid = Grid(batch_tokens=(1, 8), seqs=(1, 2), contexts=(16,))
+    df, skipped = measure_profile(
+        config, grid, device=torch.device("cpu"), dtype=torch.float32, repeats=3, warmup=1,
+        timer=CudaEventTimer(cuda),
+    )  # fmt: skip
+    assert skipped == [] and cuda.syncs == 6  # one sync before each timed step
+    assert df["num_seqs"].tolist() == [1, 2]
+    for col in ("latency_ms", "latency_ms_p10", "latency_ms_p90"):
+        np.testing.assert_allclose(df[col], 7.0)
+
+
+def test_tiny_profile_writes_csv_and_sidecar(tmp_path, tiny_json):
+    out = tmp_path / "tiny.csv"
+    grid = Grid(batch_tokens=(1, 4, 8), seqs=(1, 2), contexts=(0, 32))
+    df = profile_model(str(tiny_json), grid, out, repeats=3, warmup=1, threads=1, progress=False)
+    back = read_profile(out)
+    assert len(back) == 6 and back["num_seqs"].tolist() == [1, 1, 2] * 2
+    assert (back["latency_ms_p10"] <= back["latency_ms"]).all()
+    assert (back["latency_ms"] <= back["latency_ms_p90"]).all()
+    np.testing.assert_allclose(back["latency_ms"], df["latency_ms"], rtol=1e-5)
+    assert LatencyModel.from_csv(out).latency(4, 16) > 0
+    meta = profile_metadata(out)
+    assert meta["estimate"] is False and meta["threads"] == 1 and meta["dtype"] == "float32"
+    assert meta["model_config"]["hidden_size"] == 32 and meta["torch"] == torch.__version__
+    assert {"device", "date", "command", "transformers", "load_average_before"} <= set(meta)
+
+
+def test_drafter_standin_is_one_layer_of_target_width(monkeypatch, capsys, tiny_json):
+    target = zoo.load_config(str(tiny_json))
+    small = drafter_standin(target)
+    assert small.num_hidden_layers == 1 and small.hidden_size == target.hidden_size
+    assert target.num_hidden_layers == 2  # the target config is untouched
+    out = tiny_json.parent / "drafter.csv"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "profile", "--model", str(tiny_json), "--drafter",
+        "--batch-tokens", "1,2", "--contexts", "8", "--repeats", "1", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    meta = profile_metadata(out)
+    assert "stand-in" in meta["drafter"] and meta["model_config"]["num_hidden_layers"] == 1
+
+
+# --- show --------------------------------------------------------------------------------------
+
+
+def test_knee_is_first_point_past_ratio_of_light_load():
+    b = np.array([1, 2, 4, 8, 16, 32, 64])
+    lat = np.maximum(10.0, 0.5 * b)  # flat at 10 ms, then linear from B = 20
+    assert knee(b, lat) == 32  # 16 ms > 1.2 * 10 ms
+    assert knee(b, np.full(7, 10.0)) is None
+
+
+def test_profile_show_prints_table_and_writes_png(monkeypatch, capsys, tmp_path):
+    df, meta = roofline_profile("h100", "qwen3-4b", batch_tokens=[1, 4, 64, 1024], contexts=[512])
+    csv = tmp_path / "p.csv"
+    df.to_csv(csv, index=False)
+    png = tmp_path / "curve.png"
+    code, out, err = run_cli(monkeypatch, capsys, "profile", "show", str(csv), "--out", str(png))
+    assert code == 0, err
+    assert "ctx 512 ms" in out and "knee" in out and "1024" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    per_ctx = curves(df)
+    np.testing.assert_allclose(
+        per_ctx[512]["tokens_per_s"], per_ctx[512]["batch_tokens"] * per_ctx[512]["sps"]
+    )
+
+
+def test_profile_show_rejects_bad_profile(monkeypatch, capsys, tmp_path):
+    csv = tmp_path / "bad.csv"
+    pd.DataFrame({"batch_tokens": [1, 2], "context_len": [0, 0], "latency_ms": [1.0, -2.0]}).to_csv(
+        csv, index=False
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "show", str(csv))
+    assert code == 2 and err.count("\n") == 1 and "row 2" in err
+    assert not csv.with_suffix(".png").exists()

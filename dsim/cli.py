@@ -11,6 +11,7 @@ from dsim.acceptance import commands as acceptance_commands
 from dsim.errors import InputError
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
+from dsim.pareto import commands as pareto_commands
 from dsim.report import console, progress_bar, summary_table
 from dsim.run import DEFAULT_ACCEPTANCE, DEFAULT_PROFILE, DEFAULT_TRACE, RunSpec, simulate, write_run
 
@@ -21,7 +22,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (hardware_commands, acceptance_commands, models_commands):
+for module in (hardware_commands, acceptance_commands, models_commands, pareto_commands):
     module.register(app)
 
 

@@ -28,38 +28,49 @@ def _sps_at(sps: SPS, b: np.ndarray) -> np.ndarray:
 def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
 
-    The stable sort of the row-major flattening keeps j before j+1 on ties, so every prefix of
-    the order is prefix-closed per request: taking the first k candidates is a valid schedule.
+    Survival never rises along a row; a relative nudge of 1e-12 per position makes it strictly
+    fall, so even on exact ties (confidence 1.0) j comes before j + 1 and every prefix of the
+    order is a valid schedule. (An unstable sort on the nudged keys is 3x faster than a stable
+    one; ties across requests are broken arbitrarily but deterministically.)
     """
-    a = np.cumprod(conf, axis=1).ravel()
-    order = np.argsort(-a, kind="stable")
-    order = order[a[order] > 0]
-    return order // conf.shape[1], a[order]
+    a = np.cumprod(conf, axis=1)
+    key = (a * (1.0 - 1e-12 * np.arange(conf.shape[1]))).ravel()
+    order = np.argsort(-key)
+    order = order[key[order] > 0]
+    return order // conf.shape[1], a.ravel()[order]
 
 
 def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Expected tokens and tokens-per-second after admitting the first k candidates, k = 0..n."""
+    """Round rate SPS and expected tokens per second after admitting the first k candidates."""
     tau = r + np.concatenate([[0.0], np.cumsum(survival)])
     speed = _sps_at(sps, r + np.arange(len(survival) + 1))
-    return tau, tau * speed
+    return speed, tau * speed
 
 
 def _to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
     return np.bincount(rows, minlength=r).astype(np.int64)
 
 
-def _sla_cut(tau: np.ndarray, theta: np.ndarray, r: int, k: int, sla_tps: float | None) -> int:
-    """Trim the lowest-survival candidates until expected per-user speed tau/R * SPS >= sla_tps.
+def _sla_cut(
+    rows: np.ndarray, survival: np.ndarray, r: int, k: int, speed: np.ndarray, sla_tps: float | None
+) -> int:
+    """Largest k' <= k whose round keeps every request's expected speed >= sla_tps.
 
-    Expected per-user speed of a round admitting k candidates is theta[k] / R (tokens per
-    request per second). Keep the largest k' <= k that meets the SLA; if none does, the k' <= k
-    with the highest per-user speed (the best the hardware can do).
+    Request r's expected speed is E[tau_r] * SPS(B) with E[tau_r] = 1 + its admitted
+    survivals, so the SLA caps the round latency at min_r E[tau_r] / sla_tps. Candidates are
+    dropped from the lowest survival up; each pass jumps to the largest k' meeting the cap of
+    the current k (the cap only falls as k falls), so a few O(k) passes suffice. If even k' = 0
+    misses the SLA, the round verifies nothing: the fastest round the hardware can do.
     """
     if sla_tps is None:
         return k
-    per_user = theta[: k + 1] / r
-    ok = np.flatnonzero(per_user >= sla_tps)
-    return int(ok[-1]) if len(ok) else int(np.argmax(per_user))
+    while k > 0:
+        cap = 1.0 + np.bincount(rows[:k], weights=survival[:k], minlength=r).min()
+        fits = np.flatnonzero(speed[: k + 1] * cap >= sla_tps)
+        if len(fits) and fits[-1] == k:
+            return k
+        k = int(fits[-1]) if len(fits) else 0
+    return 0
 
 
 def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
@@ -70,10 +81,10 @@ def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> 
     """
     r = conf.shape[0]
     rows, survival = _candidates(conf)
-    tau, theta = _theta(sps, r, survival)
+    speed, theta = _theta(sps, r, survival)
     worse = np.flatnonzero(np.diff(theta) <= 0)
     k = int(worse[0]) if len(worse) else len(survival)
-    return _to_lengths(rows[: _sla_cut(tau, theta, r, k, sla_tps)], r)
+    return _to_lengths(rows[: _sla_cut(rows, survival, r, k, speed, sla_tps)], r)
 
 
 def global_capacity(conf: np.ndarray, sps: SPS) -> int:
@@ -120,10 +131,13 @@ class Goodput:
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r, gamma = conf.shape
-        tau = r + np.concatenate([[0.0], np.cumsum(np.cumprod(conf, axis=1).sum(axis=0))])
-        theta = tau * _sps_at(sps, r * (1 + np.arange(gamma + 1)))
-        best = _sla_cut(tau, theta, r, gamma, self.sla_tps) if self.sla_tps else int(np.argmax(theta))
-        return np.full(r, best, dtype=np.int64)
+        tau_r = 1.0 + np.concatenate([np.zeros((r, 1)), np.cumsum(np.cumprod(conf, 1), 1)], 1)
+        speed = _sps_at(sps, r * (1 + np.arange(gamma + 1)))
+        theta = tau_r.sum(axis=0) * speed
+        if self.sla_tps is not None:  # every request's expected speed must reach the SLA
+            theta = np.where(tau_r.min(axis=0) * speed >= self.sla_tps, theta, -np.inf)
+            theta[0] = max(theta[0], 0.0)
+        return np.full(r, int(np.argmax(theta)), dtype=np.int64)
 
 
 @dataclass
@@ -159,8 +173,8 @@ class DSparkAsync:
         rows, survival = _candidates(conf)
         k = min(len(survival), int(round(per_request * r)))
         if self.sla_tps is not None:
-            tau, theta = _theta(sps, r, survival)
-            k = _sla_cut(tau, theta, r, k, self.sla_tps)
+            speed = _sps_at(sps, r + np.arange(k + 1))
+            k = _sla_cut(rows, survival, r, k, speed, self.sla_tps)
         return _to_lengths(rows[:k], r)
 
 

@@ -55,6 +55,7 @@ class RunResult:
     requests: pd.DataFrame
     summary: dict
     steps: StepLog
+    emitted: np.ndarray  # tokens each request emitted (for the conservation invariant)
 
 
 def _window(text: str) -> tuple[float, float | None]:
@@ -104,7 +105,7 @@ def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) 
     summary = summarize(requests, steps, spec.policy)
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
-    return RunResult(requests, summary, steps)
+    return RunResult(requests, summary, steps, replica.generated.copy())
 
 
 def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:

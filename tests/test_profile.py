@@ -99,10 +99,13 @@ def test_config_json_by_path(tiny_json):
 def test_bad_config_gives_one_error_line(tmp_path, monkeypatch, capsys, change, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({**TINY, **change}))
-    code, out, err = run_cli(monkeypatch, capsys, "profile", "--model", str(path), "--out", "x.csv")
+    out_csv = tmp_path / "x.csv"
+    code, out, err = run_cli(
+        monkeypatch, capsys, "profile", "--model", str(path), "--out", str(out_csv)
+    )
     assert code == 2
     assert err.count("\n") == 1 and message in err and str(path) in err
-    assert not (tmp_path / "x.csv").exists()
+    assert not out_csv.exists()
 
 
 def test_unknown_model_lists_known_ones(monkeypatch, capsys, tmp_path):
@@ -162,7 +165,10 @@ def test_roofline_cli_round_trips_through_latency_model(monkeypatch, capsys, tmp
     df = read_profile(out)
     assert len(df) == 8 and df["device"].eq("a100 (roofline)").all()
     model = LatencyModel.from_csv(out)
-    got = [model.latency(b, c) * 1e3 for b, c in zip(df["batch_tokens"], df["context_len"])]
+    got = [
+        model.latency(b, c) * 1e3
+        for b, c in zip(df["batch_tokens"], df["context_len"], strict=True)
+    ]
     np.testing.assert_allclose(got, df["latency_ms"], rtol=1e-5)
     meta = profile_metadata(out)
     assert meta["estimate"] is True and "--roofline a100" in meta["command"]
@@ -242,10 +248,8 @@ def test_gpu_timer_path_with_fake_device(tiny_json):
     cuda = FakeCuda()
     config = zoo.load_config(str(tiny_json))
     grid = Grid(batch_tokens=(1, 8), seqs=(1, 2), contexts=(16,))
-    df, skipped = measure_profile(
-        config, grid, device=torch.device("cpu"), dtype=torch.float32, repeats=3, warmup=1,
-        timer=CudaEventTimer(cuda),
-    )  # fmt: skip
+    model = build_model(config, torch.device("cpu"), torch.float32)
+    df, skipped = measure_profile(model, grid, repeats=3, warmup=1, timer=CudaEventTimer(cuda))
     assert skipped == [] and cuda.syncs == 6  # one sync before each timed step
     assert df["num_seqs"].tolist() == [1, 2]
     for col in ("latency_ms", "latency_ms_p10", "latency_ms_p90"):
@@ -266,6 +270,7 @@ def test_tiny_profile_writes_csv_and_sidecar(tmp_path, tiny_json):
     assert meta["estimate"] is False and meta["threads"] == 1 and meta["dtype"] == "float32"
     assert meta["model_config"]["hidden_size"] == 32 and meta["torch"] == torch.__version__
     assert {"device", "date", "command", "transformers", "load_average_before"} <= set(meta)
+    assert meta["attn_implementation"] == "sdpa"
 
 
 def test_drafter_standin_is_one_layer_of_target_width(monkeypatch, capsys, tiny_json):

@@ -28,7 +28,7 @@ def calibrate(
     trace: Annotated[Path, typer.Argument(help="Acceptance trace (NAME.parquet + NAME.json).")],
     out: Annotated[
         Path | None,
-        typer.Option(help="Output folder [default: runs/calibration/NAME]", show_default=False),
+        typer.Option(help="Output folder (default: runs/calibration/NAME).", show_default=False),
     ] = None,
     holdout: Annotated[
         float, typer.Option(help="Fraction of sequences held out for the reported metrics.")
@@ -80,13 +80,13 @@ def synth_acceptance(
     acceptance: Annotated[
         str,
         typer.Option(
-            help="Acceptance spec: iid:A, positions:..., preset:D:DOM[overconf=X], mix:..."
+            help="Acceptance spec: iid:A, positions:..., preset:D:DOM\\[overconf=X], mix:..."
         ),
     ],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/acceptance/NAME.parquet")],
     gamma: Annotated[int, typer.Option(help="Draft block length.")] = 7,
     sequences: Annotated[int, typer.Option(help="Recorded sequences (one per request).")] = 200,
-    rounds: Annotated[int, typer.Option(help="Rounds per sequence.")] = 64,
+    rounds: Annotated[int, typer.Option(help="Rounds per sequence.")] = 128,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Write an acceptance trace sampled from a parametric acceptance model."""

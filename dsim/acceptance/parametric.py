@@ -79,13 +79,20 @@ def _extend(q: tuple[float, ...], gamma: int) -> np.ndarray:
     return q[:gamma] if gamma <= len(q) else np.concatenate([q, np.full(gamma - len(q), q[-1])])
 
 
-def expected_tau(q: np.ndarray, shift: float, spread: float, spread_req: float, n: int = 20000) -> float:
-    """Mean tokens per round (incl. bonus) at full verification, by fixed-seed Monte Carlo."""
+def expected_tau(
+    q: np.ndarray, shift: float, spread: float, spread_req: float, n_req: int = 1000, n_round: int = 32
+) -> float:
+    """Tokens per round (incl. bonus) at full verification, as a serving run measures it.
+
+    A run divides all tokens by all rounds, so requests that accept less weigh more (they need
+    more rounds for the same output): the figure is the harmonic mean over requests of each
+    request's mean tokens per round. Fixed-seed Monte Carlo, so the result is deterministic.
+    """
     rng = np.random.default_rng(12345)
-    z = logit(q) + shift
-    noise = rng.normal(0.0, spread, size=(n, len(q))) + rng.normal(0.0, spread_req, size=(n, 1))
-    survive = np.cumprod(expit(z + noise), axis=1)
-    return float(1.0 + survive.sum(axis=1).mean())
+    z = logit(q) + shift + rng.normal(0.0, spread_req, size=(n_req, 1, 1))
+    z = z + rng.normal(0.0, spread, size=(n_req, n_round, len(q)))
+    per_request = 1.0 + np.cumprod(expit(z), axis=2).sum(axis=2).mean(axis=1)
+    return float(1.0 / np.mean(1.0 / per_request))
 
 
 @lru_cache(maxsize=256)

@@ -167,30 +167,29 @@ def filled_cache(config: Any, base: Any, num_seqs: int) -> Any:
 
 
 def measure_profile(
-    config: Any,
+    model: Any,
     grid: Grid,
     *,
-    device: Any,
-    dtype: Any,
     repeats: int,
     warmup: int,
     timer: StepTimer,
     on_point: Callable[[], None] = lambda: None,
 ) -> tuple[pd.DataFrame, list[dict[str, int]]]:
-    """Median, p10 and p90 step latency at every grid point; points that run out of memory are
-    skipped and returned separately."""
+    """Median, p10 and p90 step latency of `model` (on its device, in its dtype) at every grid
+    point; points that run out of memory are skipped and returned separately."""
     import torch
 
-    model = build_model(config, device, dtype)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    config, device, dtype = model.config, model.device, model.dtype
+    gen = torch.Generator(device=device).manual_seed(0)
     kv_heads, width = config.num_key_value_heads, zoo.head_dim(config)
     rows, skipped = [], []
     for ctx in grid.contexts:
         points = [(b, r) for c, b, r in grid.points() if c == ctx]
         most = max(r for _, r in points)
-        base = torch.randn(most, kv_heads, ctx, width, generator=gen).to(device, dtype)
+        shape = (most, kv_heads, ctx, width)
+        base = torch.randn(shape, generator=gen, device=device, dtype=dtype)
         for b, r in points:
-            ids = torch.randint(config.vocab_size, (r, b // r), generator=gen).to(device)
+            ids = torch.randint(config.vocab_size, (r, b // r), generator=gen, device=device)
             try:
                 times = _time_steps(model, config, base, ids, timer, repeats, warmup)
             except torch.OutOfMemoryError:
@@ -255,7 +254,6 @@ def profile_model(
     threads: int | None = None,
     drafter: bool = False,
     command: str = "",
-    timer: StepTimer | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Measure a profile of `model` (or its drafter stand-in) and write CSV + JSON sidecar."""
@@ -275,17 +273,15 @@ def profile_model(
     torch_dtype = resolve_dtype(dtype, dev)
     if drafter:
         config = drafter_standin(config)
-    if timer is None:
-        timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
+    timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
     load_before = os.getloadavg()
     started = time.perf_counter()
+    net = build_model(config, dev, torch_dtype)
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {model}", total=len(grid.points()))
         df, skipped = measure_profile(
-            config,
+            net,
             grid,
-            device=dev,
-            dtype=torch_dtype,
             repeats=repeats,
             warmup=warmup,
             timer=timer,
@@ -303,7 +299,7 @@ def profile_model(
         "R sequences x q tokens per step, cache cropped back after every step",
         "model": model,
         "model_config": zoo.describe(config),
-        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "attn_implementation": net.config._attn_implementation,
         "device": name,
         "device_type": dev.type,
         "dtype": dtype_name,

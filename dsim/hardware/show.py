@@ -1,8 +1,10 @@
 """`dsim profile show`: the curve as a table and a two-panel plot, with the knee marked.
 
-The knee is where a context's curve turns from memory-bound to compute-bound: the first
+The knee is where a context's curve leaves the flat, weight-read-bound region: the first
 measured B whose latency exceeds KNEE_RATIO times the light-load latency (the latency at the
-smallest measured B). Below it extra verified tokens are nearly free; above it they cost.
+smallest measured B). Below it extra verified tokens are nearly free; above it they cost
+(compute-bound, or at long contexts bound by reading every sequence's KV cache). A threshold
+on measured points, unlike a fit, survives jagged real curves.
 """
 
 from __future__ import annotations

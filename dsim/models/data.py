@@ -20,6 +20,7 @@ import torch
 
 from dsim.errors import InputError
 from dsim.fileio import atomic_path
+from dsim.models.decode import generate
 
 PROMPTS_DIR = Path("traces/prompts")
 SPLIT_FILES = {"train": "train.jsonl", "heldout": "heldout.jsonl"}
@@ -104,31 +105,18 @@ def generate_responses(
     seed: int,
     progress=None,
 ) -> list[dict]:
-    """The target's own answers at temperature 1 (no top-k/top-p), batched with a KV cache.
+    """The target's own answers at temperature 1 (no top-k/top-p), batched with KV caches.
 
     Prompts longer than `max_prompt_tokens` are skipped (their ids are not returned)."""
     encoded = [(p, target.encode_chat(p.prompt)) for p in prompts]
     encoded = [(p, ids) for p, ids in encoded if len(ids) <= max_prompt_tokens]
     encoded.sort(key=lambda item: len(item[1]))  # similar lengths batch with little padding
     out = []
+    generator = torch.Generator().manual_seed(seed)
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start : start + batch_size]
-        ids, mask = _left_pad([ids for _, ids in chunk], target.eos_id)
-        torch.manual_seed(seed + start)
-        with torch.no_grad():
-            gen = target.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=target.eos_id,
-                eos_token_id=target.eos_id,
-            )
-        for (prompt, prompt_ids), row in zip(chunk, gen[:, ids.shape[1] :].tolist(), strict=True):
-            response = row[: row.index(target.eos_id) + 1] if target.eos_id in row else row
+        answers = generate(target, [ids for _, ids in chunk], max_new_tokens, generator)
+        for (prompt, prompt_ids), response in zip(chunk, answers, strict=True):
             out.append({**asdict(prompt), "prompt_ids": prompt_ids, "response_ids": response})
         if progress is not None:
             progress(len(chunk))
@@ -201,13 +189,6 @@ def cache_hidden_states(target, responses: list[dict], batch_size: int, progress
         ids=[r["id"] for r in responses],
         fingerprint=target.fingerprint,
     )
-
-
-def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
-    return ids, mask
 
 
 def _right_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from dsim.models.sampling import sample
+
 
 class BatchDecoder:
     """The target's KV caches for a batch of sequences, and forward passes over them."""
@@ -61,7 +63,7 @@ class BatchDecoder:
                 cache=self.cache,
                 use_cache=True,
             )
-        self.cache = out.past_key_values
+        self.cache = out.cache
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self._last = q
         return out.last_hidden_state
@@ -75,3 +77,26 @@ class BatchDecoder:
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) from final hidden states."""
         return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)
+
+
+def generate(
+    target, prompts: list[list[int]], max_new_tokens: int, generator: torch.Generator
+) -> list[list[int]]:
+    """Plain sampling from the target at temperature 1, batched; each answer ends at EOS
+    (included) or after `max_new_tokens`."""
+    decoder = BatchDecoder(target)
+    hidden = decoder.prefill(prompts)
+    ones = torch.ones(len(prompts), dtype=torch.long)
+    done = torch.zeros(len(prompts), dtype=torch.bool)
+    steps = []
+    for _ in range(max_new_tokens):
+        token = sample(decoder.probs(hidden), generator, greedy=False)
+        token = torch.where(done, target.eos_id, token)
+        steps.append(token)
+        done |= token == target.eos_id
+        if bool(done.all()):
+            break
+        hidden = decoder.extend(token[:, None], ones)[:, 0]
+        decoder.trim(ones)
+    rows = torch.stack(steps, dim=1).tolist()
+    return [row[: row.index(target.eos_id) + 1] if target.eos_id in row else row for row in rows]

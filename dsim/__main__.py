@@ -1,0 +1,3 @@
+from dsim.cli import main
+
+main()

@@ -1,0 +1,218 @@
+"""Sweep configuration: a TOML file, checked completely before any simulation starts.
+
+Layout (every key but `policies` and the load axis is optional)::
+
+    description = "what the sweep shows"
+    policies = ["mtp1", "dspark"]
+    baseline = "mtp1"                 # gains are reported over this policy (default: the first)
+
+    [run]                             # any RunSpec field except policy and the load axis
+    trace = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+    gamma = 5
+
+    [load]                            # exactly one axis
+    rate_scale = [1, 2, 4, 8]         # arrival-rate scale factors, or
+    # max_seqs = [8, 32, 128]         # caps on concurrent requests
+
+    [sla]
+    anchors = [40, 80]                # minimum per-user tok/s
+
+Every problem is one line naming the file and the key; the first one found is raised.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from types import UnionType
+from typing import Any, get_args, get_type_hints
+
+from dsim.acceptance.sources import parse_acceptance
+from dsim.engine.config import parse_draft_cost
+from dsim.errors import InputError
+from dsim.hardware.latency import LatencyModel
+from dsim.policies import parse_policy
+from dsim.run import RunSpec, _window
+from dsim.workload import load_workload
+
+LOAD_AXES = ("rate_scale", "max_seqs")
+_TOP_KEYS = {"description", "policies", "baseline", "run", "load", "sla"}
+_RUN_TYPES = get_type_hints(RunSpec)
+_RUN_KEYS = [f.name for f in fields(RunSpec) if f.name not in ("policy", *LOAD_AXES)]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep: the base RunSpec, the policies and load values to cross, SLA anchors."""
+
+    path: Path
+    description: str
+    base: RunSpec
+    policies: tuple[str, ...]
+    baseline: str
+    load_axis: str
+    loads: tuple[float, ...]
+    sla_anchors: tuple[float, ...]
+
+    def specs(self) -> list[tuple[str, float, RunSpec]]:
+        """(policy, load, spec) for every point, policies outer, loads inner (ascending)."""
+        return [
+            (policy, load, replace(self.base, policy=policy, **{self.load_axis: _axis(self, load)}))
+            for policy in self.policies
+            for load in self.loads
+        ]
+
+
+def _axis(cfg: SweepConfig, load: float) -> float | int:
+    return int(load) if cfg.load_axis == "max_seqs" else float(load)
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Parse and validate a sweep TOML, including that every input file exists and parses."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, "config file not found")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+    check = _Checker(path)
+    check.keys(raw, _TOP_KEYS, "")
+    description = check.typed(raw, "description", str, "") or ""
+    policies = tuple(check.str_list(raw, "policies", required=True))
+    if len(set(policies)) != len(policies):
+        check.fail("policies", "lists a policy twice")
+    baseline = check.typed(raw, "baseline", str, "") or policies[0]
+    if baseline not in policies:
+        check.fail("baseline", f"{baseline!r} is not one of the policies")
+    base = check.run_table(check.table(raw, "run"))
+    for policy in policies:
+        check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
+    axis, loads = check.load_table(check.table(raw, "load"))
+    sla = check.table(raw, "sla")
+    check.keys(sla, {"anchors"}, "sla.")
+    anchors = check.number_list(sla, "anchors", "sla.", positive=True)
+    _check_inputs(check, base)
+    return SweepConfig(
+        path, description, base, policies, baseline, axis, tuple(loads), tuple(sorted(anchors))
+    )
+
+
+def _check_inputs(check: _Checker, spec: RunSpec) -> None:
+    """Open every input the simulations will read, so a bad file fails now, not mid-sweep."""
+    check.wrap("run.profile", lambda: LatencyModel.from_csv(spec.profile))
+    check.wrap("run.draft_cost", lambda: parse_draft_cost(spec.draft_cost))
+    check.wrap(
+        "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
+    )
+
+    def workload() -> None:
+        w = load_workload(spec.trace, spec.seed)
+        if spec.window:
+            w.window(*_window(spec.window))
+
+    check.wrap("run.trace", workload)
+
+
+class _Checker:
+    """Type and key checks that raise InputError(config path, key: problem)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> None:
+        raise InputError(self.path, None, f"{key}: {problem}")
+
+    def wrap(self, key: str, build: Any) -> None:
+        """Run a parser of the simulator; its InputError is re-raised naming the config key."""
+        try:
+            build()
+        except InputError as exc:
+            self.fail(key, str(exc))
+
+    def keys(self, table: dict, known: set[str] | list[str], prefix: str) -> None:
+        for key in table:
+            if key not in known:
+                self.fail(f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
+
+    def table(self, raw: dict, key: str) -> dict:
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            self.fail(key, f"expected a table [{key}], got {_kind(value)}")
+        return value
+
+    def typed(self, table: dict, key: str, kind: type, prefix: str) -> Any:
+        if key not in table:
+            return None
+        value = table[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            self.fail(f"{prefix}{key}", f"expected {_name(kind)}, got {_kind(value)}")
+        return value
+
+    def str_list(self, table: dict, key: str, required: bool) -> list[str]:
+        value = table.get(key)
+        if value is None:
+            if required:
+                self.fail(key, "missing (a non-empty list of policy names)")
+            return []
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            self.fail(key, f"expected a non-empty list of strings, got {_kind(value)}")
+        return value
+
+    def number_list(self, table: dict, key: str, prefix: str, positive: bool) -> list[float]:
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+            self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(value)}")
+        if positive and any(v <= 0 for v in value):
+            self.fail(f"{prefix}{key}", "values must be positive")
+        return [float(v) for v in value]
+
+    def run_table(self, run: dict) -> RunSpec:
+        """The [run] table as a RunSpec: every key must be a RunSpec field of the right type."""
+        for axis in LOAD_AXES:
+            if axis in run:
+                self.fail(f"run.{axis}", "is the load axis: set it in [load]")
+        if "policy" in run:
+            self.fail("run.policy", "set the top-level `policies` list instead")
+        self.keys(run, _RUN_KEYS, "run.")
+        values = {}
+        for key, value in run.items():
+            kinds = _RUN_TYPES[key]
+            kind = get_args(kinds)[0] if isinstance(kinds, UnionType) else kinds
+            values[key] = self.typed(run, key, kind, "run.")
+        spec = RunSpec(**values)
+        for key in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
+            if getattr(spec, key) < 1:
+                self.fail(f"run.{key}", f"must be >= 1, got {getattr(spec, key)}")
+        return spec
+
+    def load_table(self, load: dict) -> tuple[str, list[float]]:
+        self.keys(load, LOAD_AXES, "load.")
+        if len(load) != 1:
+            self.fail("load", f"set exactly one load axis: {' or '.join(LOAD_AXES)}")
+        axis = next(iter(load))
+        values = self.number_list(load, axis, "load.", positive=True)
+        if not values:
+            self.fail(f"load.{axis}", "needs at least one value")
+        if len(set(values)) != len(values):
+            self.fail(f"load.{axis}", "lists a value twice")
+        if axis == "max_seqs" and any(v != int(v) for v in values):
+            self.fail("load.max_seqs", "values must be integers")
+        return axis, sorted(values)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _name(kind: type) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true/false"}[kind]
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string"}
+    names |= {list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,121 @@
+"""report.md: the figures a reader decides from, as Markdown tables."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dsim.pareto.config import SweepConfig
+
+_POINT_COLUMNS = {
+    "throughput_tok_s": ("throughput tok/s", "{:.0f}"),
+    "tps_p50": ("median tok/s/user", "{:.1f}"),
+    "mean_batch_size": ("concurrency", "{:.1f}"),
+    "mean_verify_budget": ("verify budget", "{:.2f}"),
+    "accepted_length_mean": ("tau", "{:.2f}"),
+    "ttft_p50_s": ("TTFT p50 s", "{:.3f}"),
+}
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _pct(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.0%}"
+
+
+def gains_section(gains: pd.DataFrame, baseline: str) -> str:
+    """Gain over the baseline at each matched throughput, and each policy's range."""
+    if gains.empty:
+        return "No policy's frontier overlaps the baseline's in throughput.\n"
+    summary = [
+        [policy, f"{g['throughput_tok_s'].min():.0f}-{g['throughput_tok_s'].max():.0f}",
+         f"{_pct(g['gain'].min())} to {_pct(g['gain'].max())}"]
+        for policy, g in gains.groupby("policy", sort=False)
+    ]  # fmt: skip
+    levels = sorted(gains["throughput_tok_s"].unique())
+    policies = list(gains["policy"].unique())
+    by_level = gains.set_index(["policy", "throughput_tok_s"])
+    base = gains.groupby("throughput_tok_s")["baseline_tps_p50"].first()
+    detail = []
+    for level in levels:
+        row = [f"{level:.0f}", f"{base[level]:.1f}"]
+        for policy in policies:
+            if (policy, level) in by_level.index:
+                hit = by_level.loc[(policy, level)]
+                row.append(f"{hit['tps_p50']:.1f} ({_pct(hit['gain'])})")
+            else:
+                row.append("")
+        detail.append(row)
+    return (
+        _table(["policy", "matched throughput range tok/s", f"speed gain over {baseline}"], summary)
+        + "\n\nMedian per-user tok/s at matched throughput (gain over the baseline):\n\n"
+        + _table(["throughput tok/s", baseline, *policies], detail)
+        + "\n"
+    )
+
+
+def sla_section(sla: pd.DataFrame, baseline: str) -> str:
+    """Max throughput per policy at each anchor; the ratio to the baseline in brackets."""
+    if sla.empty:
+        return "No SLA anchors configured.\n"
+    policies = list(sla["policy"].unique())
+    rows = []
+    for anchor, group in sla.groupby("sla_tps", sort=True):
+        cells = [f"{anchor:g}"]
+        for policy in policies:
+            hit = group[group["policy"] == policy].iloc[0]
+            best, ratio = hit["max_throughput_tok_s"], hit["ratio"]
+            if math.isnan(best):
+                cells.append("cannot meet")
+            elif policy == baseline:
+                cells.append(f"{best:.0f}")
+            else:
+                shown = f"{baseline} cannot meet" if math.isinf(ratio) else f"x{ratio:.2f}"
+                cells.append(f"{best:.0f} ({shown})")
+        rows.append(cells)
+    return _table(["SLA tok/s/user", *policies], rows) + "\n"
+
+
+def points_section(points: pd.DataFrame, axis: str) -> str:
+    header = ["policy", axis, *(label for label, _ in _POINT_COLUMNS.values())]
+    rows = [
+        [row["policy"], f"{row['load']:g}"]
+        + [fmt.format(row[col]) for col, (_, fmt) in _POINT_COLUMNS.items()]
+        for _, row in points.iterrows()
+    ]
+    return _table(header, rows) + "\n"
+
+
+def render_report(
+    cfg: SweepConfig, points: pd.DataFrame, gains: pd.DataFrame, sla: pd.DataFrame
+) -> str:
+    spec = cfg.base
+    setup = (
+        f"- trace `{spec.trace}`" + (f", window {spec.window} s" if spec.window else "") + "\n"
+        f"- profile `{spec.profile}`, gamma {spec.gamma}, acceptance `{spec.acceptance}`\n"
+        f"- draft cost `{spec.draft_cost}`, KV budget {spec.kv_tokens} tokens, seed {spec.seed}\n"
+        f"- load axis `{cfg.load_axis}`: {', '.join(f'{v:g}' for v in cfg.loads)}\n"
+        f"- {len(points)} points; baseline `{cfg.baseline}`; speeds are medians over requests\n"
+    )
+    return (
+        f"# Pareto sweep: {cfg.path.stem}\n\n"
+        + (f"{cfg.description}\n\n" if cfg.description else "")
+        + f"Config `{cfg.path}`.\n\n{setup}\n"
+        + f"## Per-user speed at matched throughput (over `{cfg.baseline}`)\n\n"
+        + "Interpolated linearly on each policy's Pareto frontier, only inside the throughput "
+        + "range both frontiers cover.\n\n"
+        + gains_section(gains, cfg.baseline)
+        + "\n## Maximum throughput at each SLA anchor (tok/s)\n\n"
+        + "Highest throughput on the frontier whose median per-user speed meets the anchor "
+        + "(interpolated between swept points); \"cannot meet\" = not even at the lightest load."
+        + "\n\n"
+        + sla_section(sla, cfg.baseline)
+        + "\n## All points\n\n"
+        + "Concurrency is the mean number of running requests per step (time-weighted).\n\n"
+        + points_section(points, cfg.load_axis)
+    )

@@ -1,0 +1,55 @@
+"""Shared fixtures: small traces and profiles on disk, and a simulation wrapper that checks the
+engine's invariants on every run of the suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsim.run import RunResult, RunSpec, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_trace(path: Path, arrivals_s, prompts, outputs) -> Path:
+    """A Mooncake-format JSONL trace (timestamps in ms)."""
+    with path.open("w") as f:
+        for t, p, o in zip(arrivals_s, prompts, outputs):
+            f.write(json.dumps({"timestamp": t * 1e3, "input_length": p, "output_length": o}) + "\n")
+    return path
+
+
+def write_flat_profile(path: Path, latency_ms: float) -> Path:
+    """The same latency at every batch size and context."""
+    b = [1, 8, 64, 512, 4096]
+    pd.DataFrame({"batch_tokens": b, "context_len": 0, "latency_ms": latency_ms}).to_csv(path, index=False)
+    return path
+
+
+def check_invariants(result: RunResult, spec: RunSpec) -> None:
+    req, steps = result.requests, result.steps
+    np.testing.assert_array_equal(result.emitted, req["output_tokens"])
+    assert (req["accepted_drafts"] <= req["verified_drafts"]).all()
+    assert (req["verified_drafts"] <= spec.gamma * req["rounds"]).all()
+    assert (req["first_token_s"] >= req["arrival_s"]).all()
+    assert (req["finish_s"] >= req["first_token_s"]).all()
+    assert (steps.kv_blocks_used <= result.summary["kv_capacity_blocks"]).all()
+    assert np.all(np.diff(steps.start_s) >= 0)
+    assert np.all(steps.start_s[:-1] + steps.latency_s[:-1] <= steps.start_s[1:] + 1e-9)
+
+
+@pytest.fixture
+def sim():
+    """simulate() plus the invariant checks."""
+
+    def run(**kwargs) -> RunResult:
+        spec = RunSpec(**kwargs)
+        result = simulate(spec)
+        check_invariants(result, spec)
+        return result
+
+    return run

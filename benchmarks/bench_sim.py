@@ -39,6 +39,10 @@ if __name__ == "__main__":
         print(json.dumps(one(sys.argv[2])))
         sys.exit(0)
     for policy in sys.argv[1:] or ["fixed:3", "oracle"]:
-        out = subprocess.run([sys.executable, __file__, "--child", policy], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", policy],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         print(out.strip())

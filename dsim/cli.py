@@ -13,7 +13,14 @@ from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
 from dsim.report import console, progress_bar, summary_table
-from dsim.run import DEFAULT_ACCEPTANCE, DEFAULT_PROFILE, DEFAULT_TRACE, RunSpec, simulate, write_run
+from dsim.run import (
+    DEFAULT_ACCEPTANCE,
+    DEFAULT_PROFILE,
+    DEFAULT_TRACE,
+    RunSpec,
+    simulate,
+    write_run,
+)
 
 app = typer.Typer(
     help="dsim: design and compare speculative-decoding verification schedulers.",
@@ -33,8 +40,10 @@ def run(
     acceptance: str = typer.Option(
         DEFAULT_ACCEPTANCE, help="iid:A | positions:Q1,.. | preset:DRAFTER:DOMAIN | mix:.. | FILE"
     ),
-    policy: str = typer.Option("dspark", help="ar | mtp1 | fixed:K | threshold:h | goodput | "
-                               "dspark | dspark-async | oracle"),
+    policy: str = typer.Option(
+        "dspark",
+        help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle",
+    ),
     gamma: int = typer.Option(7, help="Drafts proposed per round."),
     seed: int = typer.Option(0, help="Random seed (same seed, same bytes)."),
     window: str | None = typer.Option(None, help="Keep arrivals in START:END seconds."),
@@ -51,8 +60,21 @@ def run(
 ) -> None:
     """Simulate one replica serving a trace under a verification policy."""
     spec = RunSpec(
-        trace, profile, acceptance, policy, gamma, seed, window, rate_scale, max_requests,
-        max_seqs, kv_tokens, prefill_chunk, draft_cost, sla_tps, calibration,
+        trace,
+        profile,
+        acceptance,
+        policy,
+        gamma,
+        seed,
+        window,
+        rate_scale,
+        max_requests,
+        max_seqs,
+        kv_tokens,
+        prefill_chunk,
+        draft_cost,
+        sla_tps,
+        calibration,
     )
     with progress_bar("simulating", total=1, enabled=progress) as update:
         result = simulate(spec, progress=update)

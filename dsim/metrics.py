@@ -63,7 +63,9 @@ def summarize(requests: pd.DataFrame, steps: StepLog, policy: str) -> dict[str, 
         "accepted_length_mean": 1.0 + accepted / rounds if rounds else float("nan"),
         "verification_waste": (verified - accepted) / verified if verified else 0.0,
         "mean_verify_budget": 1.0 + verified / rounds if rounds else float("nan"),
-        "mean_batch_size": float((steps.num_running * steps.latency_s).sum() / busy) if busy else 0.0,
+        "mean_batch_size": float((steps.num_running * steps.latency_s).sum() / busy)
+        if busy
+        else 0.0,
         "rounds": rounds,
         "steps": len(steps.latency_s),
         "preemptions": int(requests["preemptions"].sum()),

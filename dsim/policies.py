@@ -189,7 +189,16 @@ class Oracle:
         return np.minimum(truth, conf.shape[1]).astype(np.int64)
 
 
-POLICY_NAMES = ("ar", "mtp1", "fixed:K", "threshold:h", "goodput", "dspark", "dspark-async", "oracle")
+POLICY_NAMES = (
+    "ar",
+    "mtp1",
+    "fixed:K",
+    "threshold:h",
+    "goodput",
+    "dspark",
+    "dspark-async",
+    "oracle",
+)
 
 
 def parse_policy(spec: str, sla_tps: float | None = None):

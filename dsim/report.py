@@ -54,3 +54,14 @@ def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator
     with progress:
         task = progress.add_task(description, total=total)
         yield lambda done, _total=None: progress.update(task, completed=done)
+
+
+def markdown_table(df, digits: int = 4) -> str:
+    """A DataFrame as a GitHub markdown table (numbers to `digits` significant figures)."""
+
+    def cell(v) -> str:
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

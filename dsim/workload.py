@@ -44,10 +44,14 @@ class Workload:
         """factor 2 = twice the load: inter-arrival times divided by the factor."""
         if factor <= 0:
             raise InputError(self.source, None, f"rate scale must be positive, got {factor}")
-        return Workload(self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source)
+        return Workload(
+            self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source
+        )
 
     def head(self, n: int) -> Workload:
-        return Workload(self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source)
+        return Workload(
+            self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source
+        )
 
 
 # Column names of each file format: (timestamp, prompt, output).
@@ -63,7 +67,9 @@ def _detect(df: pd.DataFrame, path: Path) -> str:
         if cols[0] in df.columns:
             return name
     known = "; ".join(f"{n}: {', '.join(c)}" for n, c in _FORMATS.items())
-    raise InputError(path, None, f"unknown trace format (columns {list(df.columns)}); expected {known}")
+    raise InputError(
+        path, None, f"unknown trace format (columns {list(df.columns)}); expected {known}"
+    )
 
 
 def _timestamps(df: pd.DataFrame, path: Path, fmt: str, column: str) -> np.ndarray:
@@ -72,7 +78,9 @@ def _timestamps(df: pd.DataFrame, path: Path, fmt: str, column: str) -> np.ndarr
         bad = ts.isna().to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            raise InputError(path, i + 1, f"column {column!r}: bad timestamp {df[column].iloc[i]!r}")
+            raise InputError(
+                path, i + 1, f"column {column!r}: bad timestamp {df[column].iloc[i]!r}"
+            )
         return (ts - ts.iloc[0]).dt.total_seconds().to_numpy(np.float64)
     seconds = numeric_column(df, path, column, nonnegative=True)
     return seconds / 1e3 if fmt == "mooncake" else seconds
@@ -91,7 +99,9 @@ def load_trace(path: str | Path) -> Workload:
     check_sorted(arrival, path, ts_col)
     prompt = numeric_column(df, path, prompt_col, positive=True, integer=True)
     output = numeric_column(df, path, out_col, positive=True, integer=True)
-    return Workload(arrival - arrival[0], prompt.astype(np.int64), output.astype(np.int64), str(path))
+    return Workload(
+        arrival - arrival[0], prompt.astype(np.int64), output.astype(np.int64), str(path)
+    )
 
 
 def _parse_kv(spec: str, body: str) -> dict[str, str]:

@@ -18,15 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def write_trace(path: Path, arrivals_s, prompts, outputs) -> Path:
     """A Mooncake-format JSONL trace (timestamps in ms)."""
     with path.open("w") as f:
-        for t, p, o in zip(arrivals_s, prompts, outputs):
-            f.write(json.dumps({"timestamp": t * 1e3, "input_length": p, "output_length": o}) + "\n")
+        for t, p, o in zip(arrivals_s, prompts, outputs, strict=True):
+            f.write(
+                json.dumps({"timestamp": t * 1e3, "input_length": p, "output_length": o}) + "\n"
+            )
     return path
 
 
 def write_flat_profile(path: Path, latency_ms: float) -> Path:
     """The same latency at every batch size and context."""
     b = [1, 8, 64, 512, 4096]
-    pd.DataFrame({"batch_tokens": b, "context_len": 0, "latency_ms": latency_ms}).to_csv(path, index=False)
+    pd.DataFrame({"batch_tokens": b, "context_len": 0, "latency_ms": latency_ms}).to_csv(
+        path, index=False
+    )
     return path
 
 

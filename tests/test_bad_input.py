@@ -24,21 +24,46 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,374\n", "missing column(s) 'GeneratedTokens'"),
-        (AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,-5,109\n", "row 2: column 'ContextTokens': must be positive"),
-        (AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,lots\n", "row 2: column 'GeneratedTokens': non-numeric value 'lots'"),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,374\n",
+            "missing column(s) 'GeneratedTokens'",
+        ),
+        (
+            AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,-5,109\n",
+            "row 2: column 'ContextTokens': must be positive",
+        ),
+        (
+            AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,lots\n",
+            "row 2: column 'GeneratedTokens': non-numeric value 'lots'",
+        ),
         (AZURE_HEADER + ROW2 + ROW1, "row 2: column 'TIMESTAMP': not sorted"),
         ("", "file is empty"),
         (AZURE_HEADER, "no data rows"),
         (AZURE_HEADER + "yesterday,374,44\n", "row 1: column 'TIMESTAMP': bad timestamp"),
     ],
-    ids=["missing-column", "negative", "non-numeric", "unsorted", "empty", "header-only", "bad-time"],
+    ids=[
+        "missing-column",
+        "negative",
+        "non-numeric",
+        "unsorted",
+        "empty",
+        "header-only",
+        "bad-time",
+    ],
 )
 def test_bad_trace(monkeypatch, capsys, tmp_path, content, expected):
     trace = tmp_path / "trace.csv"
     trace.write_text(content)
-    code, err = run_cli(monkeypatch, capsys, "run", "--trace", str(trace), "--out", str(tmp_path / "o"),
-                        "--no-progress")
+    code, err = run_cli(
+        monkeypatch,
+        capsys,
+        "run",
+        "--trace",
+        str(trace),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-progress",
+    )
     assert code == 2
     assert err.count("\n") == 1 and str(trace) in err and expected in err
     assert not (tmp_path / "o").exists()
@@ -55,8 +80,18 @@ def test_bad_trace(monkeypatch, capsys, tmp_path, content, expected):
 def test_bad_profile(monkeypatch, capsys, tmp_path, rows, expected):
     profile = tmp_path / "p.csv"
     profile.write_text("batch_tokens,context_len,latency_ms\n" + rows)
-    code, err = run_cli(monkeypatch, capsys, "run", "--trace", "synthetic:n=5", "--profile", str(profile),
-                        "--out", str(tmp_path / "o"), "--no-progress")
+    code, err = run_cli(
+        monkeypatch,
+        capsys,
+        "run",
+        "--trace",
+        "synthetic:n=5",
+        "--profile",
+        str(profile),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-progress",
+    )
     assert code == 2 and err.count("\n") == 1
     assert str(profile) in err and expected in err
     assert not (tmp_path / "o").exists()
@@ -74,22 +109,45 @@ def test_bad_profile(monkeypatch, capsys, tmp_path, rows, expected):
     ],
 )
 def test_bad_options(monkeypatch, capsys, tmp_path, option, value, expected):
-    code, err = run_cli(monkeypatch, capsys, "run", "--trace", "synthetic:n=5", option, value,
-                        "--out", str(tmp_path / "o"), "--no-progress")
+    code, err = run_cli(
+        monkeypatch,
+        capsys,
+        "run",
+        "--trace",
+        "synthetic:n=5",
+        option,
+        value,
+        "--out",
+        str(tmp_path / "o"),
+        "--no-progress",
+    )
     assert code == 2 and err.count("\n") == 1 and expected in err
     assert not (tmp_path / "o").exists()
 
 
 def test_request_larger_than_kv_cache(monkeypatch, capsys, tmp_path):
     profile = write_flat_profile(tmp_path / "p.csv", 5.0)
-    code, err = run_cli(monkeypatch, capsys, "run", "--trace", "synthetic:n=5,prompt=5000,sigma=0",
-                        "--profile", str(profile), "--kv-tokens", "1000", "--no-progress")
+    code, err = run_cli(
+        monkeypatch,
+        capsys,
+        "run",
+        "--trace",
+        "synthetic:n=5,prompt=5000,sigma=0",
+        "--profile",
+        str(profile),
+        "--kv-tokens",
+        "1000",
+        "--no-progress",
+    )
     assert code == 2 and "row 1: request needs" in err
 
 
 def test_good_run_writes_outputs(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(sys, "argv", ["dsim", "run", "--trace", "synthetic:n=20", "--out",
-                                      str(tmp_path / "o"), "--no-progress"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["dsim", "run", "--trace", "synthetic:n=20", "--out", str(tmp_path / "o"), "--no-progress"],
+    )
     main()
     assert {p.name for p in (tmp_path / "o").iterdir()} == {"requests.parquet", "summary.json"}
     assert "throughput" in capsys.readouterr().out

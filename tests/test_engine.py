@@ -23,8 +23,9 @@ def test_single_request_closed_form(sim, tmp_path, flat, policy, k):
     """All drafts accepted, flat profile: TTFT is one step, each round emits 1 + K tokens."""
     out = 50
     trace = write_trace(tmp_path / "t.jsonl", [0.0], [100], [out])
-    res = sim(trace=str(trace), profile=flat, acceptance="iid:1.0", policy=policy, gamma=7,
-              draft_cost="0")
+    res = sim(
+        trace=str(trace), profile=flat, acceptance="iid:1.0", policy=policy, gamma=7, draft_cost="0"
+    )
     r = res.requests.iloc[0]
     rounds = math.ceil((out - 1) / (k + 1))
     L = L_MS / 1e3
@@ -37,16 +38,26 @@ def test_single_request_closed_form(sim, tmp_path, flat, policy, k):
 
 def test_draft_cost_ratio_adds_to_each_round(sim, tmp_path, flat):
     trace = write_trace(tmp_path / "t.jsonl", [0.0], [10], [21])
-    res = sim(trace=str(trace), profile=flat, acceptance="iid:0.0", policy="fixed:2",
-              draft_cost="ratio:0.5")
+    res = sim(
+        trace=str(trace),
+        profile=flat,
+        acceptance="iid:0.0",
+        policy="fixed:2",
+        draft_cost="ratio:0.5",
+    )
     # every draft rejected: 20 rounds of one token, each 1.5 steps long
     assert res.requests.iloc[0]["finish_s"] == pytest.approx(L_MS / 1e3 * (1 + 20 * 1.5))
 
 
 @pytest.mark.parametrize(("alpha", "k"), [(0.6, 3), (0.85, 5)])
 def test_iid_tokens_per_round_matches_closed_form(sim, flat, alpha, k):
-    res = sim(trace="synthetic:rate=2,n=150,prompt=64,output=400,sigma=0", profile=flat,
-              acceptance=f"iid:{alpha}", policy=f"fixed:{k}", gamma=7)
+    res = sim(
+        trace="synthetic:rate=2,n=150,prompt=64,output=400,sigma=0",
+        profile=flat,
+        acceptance=f"iid:{alpha}",
+        policy=f"fixed:{k}",
+        gamma=7,
+    )
     expected = (1 - alpha ** (k + 1)) / (1 - alpha)
     # per-round tokens have sd < 2 and there are > 15k rounds: 3 standard errors < 0.05
     assert res.summary["accepted_length_mean"] == pytest.approx(expected, abs=0.05)
@@ -57,8 +68,14 @@ def test_md1_waiting_time(sim, flat):
     out, rho = 4, 0.5
     service = out * L_MS / 1e3  # prefill step + (out - 1) rounds
     rate = rho / service
-    res = sim(trace=f"synthetic:rate={rate},n=30000,prompt=32,output={out},sigma=0,cv=1",
-              profile=flat, acceptance="iid:0.5", policy="ar", max_seqs=1, seed=3)
+    res = sim(
+        trace=f"synthetic:rate={rate},n=30000,prompt=32,output={out},sigma=0,cv=1",
+        profile=flat,
+        acceptance="iid:0.5",
+        policy="ar",
+        max_seqs=1,
+        seed=3,
+    )
     wait = (res.requests["first_token_s"] - res.requests["arrival_s"] - L_MS / 1e3).mean()
     expected = rho * service / (2 * (1 - rho))
     assert wait == pytest.approx(expected, rel=0.05)
@@ -67,30 +84,52 @@ def test_md1_waiting_time(sim, flat):
 @pytest.mark.parametrize("preset", ["eagle3", "dflash", "dspark"])
 @pytest.mark.parametrize(("domain", "column"), [("math", 0), ("code", 1), ("chat", 2)])
 def test_presets_reproduce_reference_tau(sim, flat, preset, domain, column):
-    reference = {"eagle3": (5.30, 4.33, 2.66), "dflash": (5.33, 4.64, 3.11),
-                 "dspark": (6.17, 5.52, 3.72)}[preset][column]
-    res = sim(trace="synthetic:rate=5,n=400,prompt=64,output=300,sigma=0", profile=flat,
-              acceptance=f"preset:{preset}:{domain}", policy="fixed:7", gamma=7, seed=1)
+    reference = {
+        "eagle3": (5.30, 4.33, 2.66),
+        "dflash": (5.33, 4.64, 3.11),
+        "dspark": (6.17, 5.52, 3.72),
+    }[preset][column]
+    res = sim(
+        trace="synthetic:rate=5,n=400,prompt=64,output=300,sigma=0",
+        profile=flat,
+        acceptance=f"preset:{preset}:{domain}",
+        policy="fixed:7",
+        gamma=7,
+        seed=1,
+    )
     assert res.summary["accepted_length_mean"] == pytest.approx(reference, rel=0.03)
 
 
 def test_kv_pressure_preempts_and_still_conserves_tokens(sim):
     """A KV budget far below demand forces preemption; invariants hold (checked by `sim`)."""
-    res = sim(trace="synthetic:rate=50,n=120,prompt=300,output=200,sigma=0.3", acceptance="iid:0.8",
-              policy="fixed:4", kv_tokens=4000, prefill_chunk=256)
+    res = sim(
+        trace="synthetic:rate=50,n=120,prompt=300,output=200,sigma=0.3",
+        acceptance="iid:0.8",
+        policy="fixed:4",
+        kv_tokens=4000,
+        prefill_chunk=256,
+    )
     assert res.summary["preemptions"] > 0
     assert res.summary["kv_peak_blocks"] <= res.summary["kv_capacity_blocks"]
 
 
 def test_max_seqs_caps_the_running_batch(sim):
-    res = sim(trace="synthetic:rate=40,n=200,prompt=100,output=100", acceptance="iid:0.7",
-              policy="fixed:2", max_seqs=5)
+    res = sim(
+        trace="synthetic:rate=40,n=200,prompt=100,output=100",
+        acceptance="iid:0.7",
+        policy="fixed:2",
+        max_seqs=5,
+    )
     assert res.steps.num_running.max() <= 5
 
 
 def test_same_seed_gives_identical_bytes(tmp_path):
-    spec = RunSpec(trace="synthetic:rate=8,n=300,cv=2", acceptance="preset:dspark:chat",
-                   policy="dspark", seed=7)
+    spec = RunSpec(
+        trace="synthetic:rate=8,n=300,cv=2",
+        acceptance="preset:dspark:chat",
+        policy="dspark",
+        seed=7,
+    )
     for name in ("a", "b"):
         write_run(simulate(spec), spec, tmp_path / name)
     a, b = ((tmp_path / n / "requests.parquet").read_bytes() for n in "ab")
@@ -110,7 +149,8 @@ def test_azure_window_and_rate_scale(sim):
 
 
 def test_mooncake_trace_loads(sim):
-    res = sim(trace=str(ROOT / "traces/mooncake/conversation_trace.jsonl"), max_requests=40,
-              policy="mtp1")
+    res = sim(
+        trace=str(ROOT / "traces/mooncake/conversation_trace.jsonl"), max_requests=40, policy="mtp1"
+    )
     assert res.summary["requests"] == 40
     assert res.summary["mean_verify_budget"] == pytest.approx(2.0)

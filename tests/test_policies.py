@@ -69,7 +69,7 @@ def test_budget_large_when_flat_and_shrinks_with_concurrency():
         conf = rng.uniform(0.6, 0.95, size=(r, 7))
         budgets.append(dspark_lengths(conf, sps).mean())
     assert budgets[0] > 4
-    assert all(a >= b for a, b in zip(budgets, budgets[1:]))
+    assert all(a >= b for a, b in zip(budgets, budgets[1:], strict=False))
     assert budgets[-1] < budgets[0] / 2
 
 
@@ -91,8 +91,10 @@ def test_sla_keeps_the_largest_prefix_where_every_request_meets_it(seed):
     free = dspark_lengths(conf, sps)
 
     def slowest(lengths):
-        return min(1 + a[r, : lengths[r]].sum() for r in range(len(lengths))) * sps(
-            np.array([len(lengths) + lengths.sum()]))[0]
+        return (
+            min(1 + a[r, : lengths[r]].sum() for r in range(len(lengths)))
+            * sps(np.array([len(lengths) + lengths.sum()]))[0]
+        )
 
     sla = rng.uniform(0.5, 1.5) * slowest(free)
     capped = dspark_lengths(conf, sps, sla_tps=sla)
@@ -135,8 +137,13 @@ def test_dspark_async_uses_capacity_from_two_rounds_back():
 
 @pytest.mark.parametrize(
     ("spec", "conf_row", "truth", "expected"),
-    [("ar", [0.9] * 4, [4], 0), ("mtp1", [0.9] * 4, [0], 1), ("fixed:3", [0.1] * 4, [4], 3),
-     ("fixed:9", [0.1] * 4, [4], 4), ("oracle", [0.1] * 4, [2], 2)],
+    [
+        ("ar", [0.9] * 4, [4], 0),
+        ("mtp1", [0.9] * 4, [0], 1),
+        ("fixed:3", [0.1] * 4, [4], 3),
+        ("fixed:9", [0.1] * 4, [4], 4),
+        ("oracle", [0.1] * 4, [2], 2),
+    ],
 )
 def test_fixed_family_and_oracle(spec, conf_row, truth, expected):
     policy = parse_policy(spec)

@@ -47,7 +47,10 @@ class ParametricAcceptance:
 
     def __post_init__(self) -> None:
         self._base = np.array(
-            [logit(np.clip(_extend(d.q, self.gamma), 1e-9, 1 - 1e-9)) + d.shift for d in self.domains]
+            [
+                logit(np.clip(_extend(d.q, self.gamma), 1e-9, 1 - 1e-9)) + d.shift
+                for d in self.domains
+            ]
         )
         self.weights = np.asarray(self.weights, dtype=np.float64) / np.sum(self.weights)
 
@@ -80,7 +83,12 @@ def _extend(q: tuple[float, ...], gamma: int) -> np.ndarray:
 
 
 def expected_tau(
-    q: np.ndarray, shift: float, spread: float, spread_req: float, n_req: int = 1000, n_round: int = 32
+    q: np.ndarray,
+    shift: float,
+    spread: float,
+    spread_req: float,
+    n_req: int = 1000,
+    n_round: int = 32,
 ) -> float:
     """Tokens per round (incl. bonus) at full verification, as a serving run measures it.
 

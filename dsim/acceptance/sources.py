@@ -85,7 +85,11 @@ def _domain(spec: str, gamma: int) -> tuple[DomainModel, dict[str, float]]:
             raise _bad(spec, "iid takes one probability")
         return DomainModel(body, alpha * gamma), {"spread": 0.0, "spread_req": 0.0, **opts}
     if kind == "positions":
-        return DomainModel(body, _probabilities(spec, rest)), {"spread": 0.0, "spread_req": 0.0, **opts}
+        return DomainModel(body, _probabilities(spec, rest)), {
+            "spread": 0.0,
+            "spread_req": 0.0,
+            **opts,
+        }
     if kind == "preset":
         drafter, _, domain = rest.partition(":")
         if (drafter, domain) not in PRESETS:

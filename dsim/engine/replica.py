@@ -84,7 +84,8 @@ class Replica:
             raise InputError(
                 self.w.source,
                 i + 1,
-                f"request needs {int(need[i])} KV tokens, more than --kv-tokens {self.cfg.kv_tokens}",
+                f"request needs {int(need[i])} KV tokens, "
+                f"more than --kv-tokens {self.cfg.kv_tokens}",
             )
 
     def _blocks_for(self, tokens):
@@ -155,7 +156,7 @@ class Replica:
             return None
         kv = int(b[:, CTX].sum()) + sum(
             int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
-            for e, t in zip(self.prefilling, takes)
+            for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
         )
         ctx = kv / (r + len(takes))
         draft_s, lengths, truth = 0.0, None, None
@@ -195,7 +196,7 @@ class Replica:
 
     def _commit_prefill(self, takes: list[int], end: float) -> None:
         rows = []
-        for entry, take in zip(self.prefilling, takes):
+        for entry, take in zip(self.prefilling, takes, strict=False):
             entry[1] -= take
             if entry[1] == 0:
                 rows.append(entry)

@@ -105,9 +105,10 @@ def generate_responses(
     seed: int,
     progress=None,
 ) -> list[dict]:
-    """The target's own answers at temperature 1 (no top-k/top-p), batched with KV caches.
+    """The target's own answers at temperature 1 (no top-k/top-p), batched with KV caches,
+    with the hidden states and log-partitions the sampling computed anyway.
 
-    Prompts longer than `max_prompt_tokens` are skipped (their ids are not returned)."""
+    Prompts longer than `max_prompt_tokens` are skipped (they are not returned)."""
     encoded = [(p, target.encode_chat(p.prompt)) for p in prompts]
     encoded = [(p, ids) for p, ids in encoded if len(ids) <= max_prompt_tokens]
     encoded.sort(key=lambda item: len(item[1]))  # similar lengths batch with little padding
@@ -116,8 +117,8 @@ def generate_responses(
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start : start + batch_size]
         answers = generate(target, [ids for _, ids in chunk], max_new_tokens, generator)
-        for (prompt, prompt_ids), response in zip(chunk, answers, strict=True):
-            out.append({**asdict(prompt), "prompt_ids": prompt_ids, "response_ids": response})
+        for (prompt, _), (response, hidden, lse) in zip(chunk, answers, strict=True):
+            out.append({"prompt": prompt, "tokens": response, "hidden": hidden, "lse": lse})
         if progress is not None:
             progress(len(chunk))
     return out
@@ -159,43 +160,20 @@ class HiddenCache:
         return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
 
 
-def cache_hidden_states(target, responses: list[dict], batch_size: int, progress=None):
-    """One forward pass per batch over prompt + response; keep the response positions."""
-    hidden, lse, token, lengths = [], [], [], []
-    head = target.lm_head_weight
-    for start in range(0, len(responses), batch_size):
-        chunk = responses[start : start + batch_size]
-        seqs = [r["prompt_ids"] + r["response_ids"] for r in chunk]
-        ids, mask = _right_pad(seqs, target.eos_id)
-        with torch.no_grad():
-            states = target.model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-            for row, r in zip(states, chunk, strict=True):
-                first = len(r["prompt_ids"]) - 1
-                h = row[first : first + len(r["response_ids"])]
-                hidden.append(h)
-                lse.append(torch.logsumexp(h @ head.T, dim=-1))
-                token.append(torch.tensor(r["response_ids"], dtype=torch.long))
-                lengths.append(len(r["response_ids"]))
-        if progress is not None:
-            progress(len(chunk))
-    offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
-    offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.long), 0)
+def hidden_cache(target, responses: list[dict]) -> HiddenCache:
+    """Flatten generated responses into the cache training reads."""
+    lengths = torch.tensor([len(r["tokens"]) for r in responses], dtype=torch.long)
+    offsets = torch.zeros(len(responses) + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(lengths, 0)
     return HiddenCache(
-        hidden=torch.cat(hidden).float().contiguous(),
-        lse=torch.cat(lse).float(),
-        token=torch.cat(token),
+        hidden=torch.cat([r["hidden"] for r in responses]).float().contiguous(),
+        lse=torch.cat([r["lse"] for r in responses]).float(),
+        token=torch.tensor([t for r in responses for t in r["tokens"]], dtype=torch.long),
         offsets=offsets,
-        domains=[r["domain"] for r in responses],
-        ids=[r["id"] for r in responses],
+        domains=[r["prompt"].domain for r in responses],
+        ids=[r["prompt"].id for r in responses],
         fingerprint=target.fingerprint,
     )
-
-
-def _right_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], dtype=torch.long)
-    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long)
-    return ids, mask
 
 
 def _hash(text: str) -> str:
@@ -230,19 +208,16 @@ def prepare_data(
 ) -> dict[str, int]:
     """Write the split files beside the prompts and the hidden-state cache of the train split.
 
-    `progress(stage, advance, total)` reports work done. Returns counts for the report."""
+    `progress(n)` is called after each batch of n prompts. Returns counts for the report."""
     split = split_prompts(source_prompts(folder), per_domain, heldout)
     for name, prompts in split.items():
         write_prompt_file(folder / SPLIT_FILES[name], prompts)
     train = split["train"]
 
-    def step(stage: str):
-        return None if progress is None else (lambda n: progress(stage, n, len(train)))
-
     responses = generate_responses(
-        target, train, max_new_tokens, max_prompt_tokens, batch_size, seed, step("generate")
+        target, train, max_new_tokens, max_prompt_tokens, batch_size, seed, progress
     )
-    cache = cache_hidden_states(target, responses, batch_size, step("hidden"))
+    cache = hidden_cache(target, responses)
     cache.save(cache_path)
     return {
         "train_prompts": len(train),

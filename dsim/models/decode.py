@@ -81,22 +81,32 @@ class BatchDecoder:
 
 def generate(
     target, prompts: list[list[int]], max_new_tokens: int, generator: torch.Generator
-) -> list[list[int]]:
-    """Plain sampling from the target at temperature 1, batched; each answer ends at EOS
-    (included) or after `max_new_tokens`."""
+) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Plain sampling from the target at temperature 1, batched. Per prompt: the answer (ending
+    at EOS, included, or after `max_new_tokens`), the final hidden state that predicted each
+    answer token (n, H) and the log-partition of its full-vocabulary logits (n,)."""
     decoder = BatchDecoder(target)
     hidden = decoder.prefill(prompts)
     ones = torch.ones(len(prompts), dtype=torch.long)
     done = torch.zeros(len(prompts), dtype=torch.bool)
-    steps = []
+    tokens, states, log_z = [], [], []
     for _ in range(max_new_tokens):
-        token = sample(decoder.probs(hidden), generator, greedy=False)
+        logits = hidden @ target.lm_head_weight.T
+        lse = torch.logsumexp(logits, dim=-1)
+        token = sample(torch.exp(logits - lse[:, None]), generator, greedy=False)
         token = torch.where(done, target.eos_id, token)
-        steps.append(token)
+        tokens.append(token)
+        states.append(hidden)
+        log_z.append(lse)
         done |= token == target.eos_id
         if bool(done.all()):
             break
         hidden = decoder.extend(token[:, None], ones)[:, 0]
         decoder.trim(ones)
-    rows = torch.stack(steps, dim=1).tolist()
-    return [row[: row.index(target.eos_id) + 1] if target.eos_id in row else row for row in rows]
+    rows = torch.stack(tokens, dim=1).tolist()
+    states_t, log_z_t = torch.stack(states, dim=1), torch.stack(log_z, dim=1)
+    out = []
+    for b, row in enumerate(rows):
+        n = row.index(target.eos_id) + 1 if target.eos_id in row else len(row)
+        out.append((row[:n], states_t[b, :n].clone(), log_z_t[b, :n].clone()))
+    return out

@@ -1,7 +1,29 @@
-"""Placeholder: replaced by this area's commands."""
+"""`dsim pareto`: a sweep of policies x loads, its frontiers, plots and report."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from dsim.pareto.pipeline import prepare, run_pareto
+from dsim.report import console, progress_bar
+
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the dsim app."""
+    """Add `dsim pareto` to the dsim app."""
+
+    @app.command()
+    def pareto(
+        config: Path = typer.Option(..., help="Sweep config TOML (experiments/NAME/*.toml)."),
+        out: Path = typer.Option(..., help="Output directory; re-running resumes from it."),
+        executor: str = typer.Option("local", help="local (process pool) | ray (Ray tasks)."),
+        address: str | None = typer.Option(None, help="Ray cluster address (default: local)."),
+        jobs: int = typer.Option(2, help="Worker processes (local) or CPUs of a local Ray."),
+        progress: bool = typer.Option(True, help="Show a progress bar."),
+    ) -> None:
+        """Sweep policies over loads; write points, frontiers, pareto.png, load.png, report.md."""
+        cfg, points = prepare(config, executor, jobs)  # every input check, before any work
+        with progress_bar("points", total=len(points), enabled=progress) as update:
+            table = run_pareto(cfg, points, out, executor, jobs, address, update)
+        console.print(f"{len(table)} points -> {out / 'report.md'}")

@@ -6,7 +6,7 @@ Layout (every key but `policies` and the load axis is optional)::
     policies = ["mtp1", "dspark"]
     baseline = "mtp1"                 # gains are reported over this policy (default: the first)
 
-    [run]                             # any RunSpec field except policy and the load axis
+    [run]                             # any RunSpec field but policy and the load axis
     trace = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
     gamma = 5
 
@@ -39,7 +39,7 @@ from dsim.workload import load_workload
 LOAD_AXES = ("rate_scale", "max_seqs")
 _TOP_KEYS = {"description", "policies", "baseline", "run", "load", "sla"}
 _RUN_TYPES = get_type_hints(RunSpec)
-_RUN_KEYS = [f.name for f in fields(RunSpec) if f.name not in ("policy", *LOAD_AXES)]
+_RUN_KEYS = [f.name for f in fields(RunSpec) if f.name != "policy"]
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,10 @@ def load_config(path: str | Path) -> SweepConfig:
     baseline = check.typed(raw, "baseline", str, "") or policies[0]
     if baseline not in policies:
         check.fail("baseline", f"{baseline!r} is not one of the policies")
-    base = check.run_table(check.table(raw, "run"))
+    axis, loads = check.load_table(check.table(raw, "load"))
+    base = check.run_table(check.table(raw, "run"), axis)
     for policy in policies:
         check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
-    axis, loads = check.load_table(check.table(raw, "load"))
     sla = check.table(raw, "sla")
     check.keys(sla, {"anchors"}, "sla.")
     anchors = check.number_list(sla, "anchors", "sla.", positive=True)
@@ -170,16 +170,15 @@ class _Checker:
             self.fail(f"{prefix}{key}", "values must be positive")
         return [float(v) for v in value]
 
-    def run_table(self, run: dict) -> RunSpec:
+    def run_table(self, run: dict, axis: str) -> RunSpec:
         """The [run] table as a RunSpec: every key must be a RunSpec field of the right type."""
-        for axis in LOAD_AXES:
-            if axis in run:
-                self.fail(f"run.{axis}", "is the load axis: set it in [load]")
+        if axis in run:
+            self.fail(f"run.{axis}", "is the load axis: set it in [load]")
         if "policy" in run:
             self.fail("run.policy", "set the top-level `policies` list instead")
         self.keys(run, _RUN_KEYS, "run.")
         values = {}
-        for key, value in run.items():
+        for key in run:
             kinds = _RUN_TYPES[key]
             kind = get_args(kinds)[0] if isinstance(kinds, UnionType) else kinds
             values[key] = self.typed(run, key, kind, "run.")

@@ -26,7 +26,7 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
         p = p.sort_values([X, Y], ascending=False, kind="stable")
         y = p[Y].to_numpy()
         keep = np.concatenate([[True], y[1:] > np.maximum.accumulate(y)[:-1]])[: len(y)]
-        parts.append(p[keep].iloc[::-1])
+        parts.append(p[keep])
     front = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     return front.reindex(columns=FRONTIER_COLUMNS)
 

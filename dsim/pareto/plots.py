@@ -16,7 +16,8 @@ from dsim.pareto.frontier import X, Y  # noqa: E402
 
 def _save(fig: plt.Figure, path: Path) -> None:
     """PNG without a timestamp or version stamp, so the same sweep gives the same bytes."""
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None}))
+    stamp = {"Software": None}
+    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata=stamp))
     plt.close(fig)
 
 

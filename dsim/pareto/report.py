@@ -112,7 +112,7 @@ def render_report(
         + gains_section(gains, cfg.baseline)
         + "\n## Maximum throughput at each SLA anchor (tok/s)\n\n"
         + "Highest throughput on the frontier whose median per-user speed meets the anchor "
-        + "(interpolated between swept points); \"cannot meet\" = not even at the lightest load."
+        + '(interpolated between swept points); "cannot meet" = not even at the lightest load.'
         + "\n\n"
         + sla_section(sla, cfg.baseline)
         + "\n## All points\n\n"

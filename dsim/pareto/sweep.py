@@ -12,6 +12,7 @@ on a filesystem every node sees).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -98,10 +99,8 @@ def _local(tasks: list[Task], jobs: int) -> Iterator[tuple[int, dict]]:
 
 def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[int, dict]]:
     """One Ray task per point, on a local instance with `jobs` CPUs or the cluster at `address`."""
-    try:
-        import ray
-    except ImportError:
-        raise InputError(None, None, "--executor ray needs ray: pip install 'dsim[ray]'") from None
+    import ray
+
     started = not ray.is_initialized()
     if started:
         cpus = None if address else jobs
@@ -117,6 +116,16 @@ def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[in
             ray.shutdown()
 
 
+def check_executor(executor: str, jobs: int) -> None:
+    """Fail on a bad executor choice before any work: unknown name, no ray, jobs < 1."""
+    if executor not in EXECUTORS:
+        raise InputError(None, None, f"--executor {executor!r}: expected one of {EXECUTORS}")
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise InputError(None, None, "--executor ray needs ray: pip install 'dsim[ray]'")
+    if jobs < 1:
+        raise InputError(None, None, f"--jobs must be >= 1, got {jobs}")
+
+
 def run_sweep(
     points: list[Point],
     out: Path,
@@ -130,10 +139,7 @@ def run_sweep(
     Finished points are read back from disk, not recomputed. Rows follow `points` order, so the
     table does not depend on which worker finished first.
     """
-    if executor not in EXECUTORS:
-        raise InputError(None, None, f"--executor {executor!r}: expected one of {EXECUTORS}")
-    if jobs < 1:
-        raise InputError(None, None, f"--jobs must be >= 1, got {jobs}")
+    check_executor(executor, jobs)
     summaries = {p.key: read_summary(out, p.key) for p in points}
     todo = [p for p in points if summaries[p.key] is None]
     done = len(points) - len(todo)
@@ -146,5 +152,9 @@ def run_sweep(
         done += 1
         if progress:
             progress(done)
-    rows = [{"policy": p.policy, "load": p.load, "point": p.key, **summaries[p.key]} for p in points]
+    rows = [
+        {"policy": p.policy, "load": p.load, "point": p.key}
+        | dict(sorted(summaries[p.key].items()))
+        for p in points
+    ]  # summary fields sorted: the same columns whether a point was run now or read back
     return pd.DataFrame(rows)

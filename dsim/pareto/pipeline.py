@@ -1,0 +1,54 @@
+"""`dsim pareto` end to end: config -> sweep -> points, frontier, plots, report in DIR."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from dsim.fileio import write_with
+from dsim.pareto.config import SweepConfig, load_config
+from dsim.pareto.frontier import matched_gains, pareto_front, sla_throughputs
+from dsim.pareto.plots import plot_load, plot_pareto
+from dsim.pareto.report import render_report
+from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
+
+
+def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, list[Point]]:
+    """Every check that can fail on input, before anything is simulated or written."""
+    cfg = load_config(config)
+    check_executor(executor, jobs)
+    return cfg, make_points(cfg.specs())
+
+
+def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
+    """points.parquet, frontier.parquet, pareto.png, load.png and report.md, each atomically."""
+    policies = list(cfg.policies)
+    front = pareto_front(points)
+    gains = matched_gains(front, policies, cfg.baseline)
+    sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors))
+    for name, table in (("points", points), ("frontier", front)):
+        write_with(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))
+    title = f"{cfg.path.stem}: {cfg.base.profile.rsplit('/', 1)[-1]}, gamma {cfg.base.gamma}"
+    plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
+    plot_load(points, title, out / "load.png")
+    report = render_report(cfg, points, gains, sla)
+    write_with(out / "report.md", lambda tmp: tmp.write_text(report))
+
+
+def run_pareto(
+    cfg: SweepConfig,
+    points: list[Point],
+    out: str | Path,
+    executor: str = "local",
+    jobs: int = 2,
+    address: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """Run (or resume) the prepared sweep and write every output under `out`."""
+    out = Path(out)
+    table = run_sweep(points, out, executor, jobs, address, progress)
+    table.insert(1, "load_axis", cfg.load_axis)
+    write_outputs(cfg, table, out)
+    return table

@@ -11,6 +11,7 @@ import pandas as pd
 import simpy
 
 from dsim.acceptance.sources import parse_acceptance
+from dsim.engine.backend import Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.errors import InputError
@@ -81,7 +82,7 @@ def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) 
     draft_cost = parse_draft_cost(spec.draft_cost)
     rng = np.random.default_rng(spec.seed)
     acceptance.bind(len(workload), rng)
-    replica = Replica(workload, latency, draft_cost, acceptance, policy, cfg, rng)
+    replica = Replica(workload, latency, draft_cost, Simulated(acceptance), policy, cfg, rng)
     env = simpy.Environment()
     report = None if progress is None else (lambda done: progress(done, len(workload)))
     env.process(replica.process(env, report))

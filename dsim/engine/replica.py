@@ -2,9 +2,11 @@
 
 Each step the replica (1) admits queued requests FCFS under --max-seqs and the paged KV budget,
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
-admitted request by recompute if it must, (3) asks the acceptance model for the running
-requests' confidences and the policy for their verify lengths, (4) adds a chunk of prefill work,
-and (5) waits one step latency from the hardware profile before committing the tokens.
+admitted request by recompute if it must, (3) asks the backend for the running requests'
+confidences, the policy for their verify lengths and the backend again for the accepted drafts,
+(4) adds a chunk of prefill work, and (5) waits one step latency before committing the tokens:
+the hardware profile's latency for the step's batch (clock "profile"), or the measured wall
+time of the step's real work (clock "wall", for real-model backends).
 
 The running batch lives in one int64 matrix (a row per request, a column per counter), so a
 round is a few in-place numpy operations over the batch, whatever its size; rows leave the
@@ -18,10 +20,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import time
+
 import numpy as np
 import simpy
 
-from dsim.acceptance.sources import AcceptanceSource
+from dsim.engine.backend import Backend
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
@@ -52,14 +56,16 @@ class Replica:
         workload: Workload,
         latency: LatencyModel,
         draft_cost: DraftCost,
-        acceptance: AcceptanceSource,
+        backend: Backend,
         policy,
         cfg: EngineConfig,
         rng: np.random.Generator,
+        clock: str = "profile",
     ) -> None:
         n = len(workload)
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
-        self.acceptance, self.policy, self.cfg, self.rng = acceptance, policy, cfg, rng
+        self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
+        self.wall_clock = clock == "wall"
         self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
         self.generated = np.zeros(n, np.int64)
         self.first_token = np.full(n, np.nan)
@@ -133,6 +139,7 @@ class Replica:
         self.generated[ids] = self.w.output_tokens[ids] - b[rows, LEFT]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
         self.batch = b[~rows]
+        self.backend.released(ids)
 
     # -- one step -----------------------------------------------------------------------------
     def _prefill_chunks(self) -> list[int]:
@@ -147,6 +154,7 @@ class Replica:
 
     def step(self, now: float) -> tuple[float, Callable[[float], None]] | None:
         """Plan one step at time `now`: its latency and the commit to run when it ends."""
+        started = time.perf_counter()
         self._admit(now)
         self._reserve_decode_blocks()
         b = self.batch
@@ -154,35 +162,46 @@ class Replica:
         r, p = len(b), sum(takes)
         if r == 0 and p == 0:
             return None
+        prefill = self.prefilling[: len(takes)]
         kv = int(b[:, CTX].sum()) + sum(
             int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
-            for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
+            for e, t in zip(prefill, takes, strict=True)
         )
         ctx = kv / (r + len(takes))
-        draft_s, lengths, truth = 0.0, None, None
+        draft_s, lengths, acc, stop = 0.0, None, None, None
         batch_tokens = p
         if r:
-            conf, truth = self.acceptance.draw(b[:, ID], self.rng)
+            ids = b[:, ID]
+            conf, truth = self.backend.draw(ids, self.rng)
             if self.policy.drafts:
                 draft_s = self.draft_cost.seconds(r, ctx, self.latency)
             lengths = self.policy.lengths(
                 conf, lambda x: 1.0 / (draft_s + self.latency.latency(x + p, ctx)), truth
             )
+            acc, stop = self.backend.verify(ids, lengths, truth)
             batch_tokens += r + int(lengths.sum())
-        step_s = draft_s + self.latency.latency(batch_tokens, ctx)
+        done = [e[0] for e, t in zip(prefill, takes, strict=True) if e[1] == t]
+        first_stop = self.backend.prefilled(np.array(done, np.int64)) if done else None
+        if self.wall_clock:
+            step_s = time.perf_counter() - started
+        else:
+            step_s = draft_s + self.latency.latency(batch_tokens, ctx)
         self.log.append((now, step_s, r, batch_tokens, p, self.used_blocks))
 
         def commit(end: float) -> None:
             if r:
-                self._commit_decode(lengths, truth, end)
-            self._commit_prefill(takes, end)
+                self._commit_decode(lengths, acc, stop, end)
+            self._commit_prefill(takes, first_stop, end)
 
         return step_s, commit
 
-    def _commit_decode(self, lengths: np.ndarray, truth: np.ndarray, end: float) -> None:
+    def _commit_decode(
+        self, lengths: np.ndarray, acc: np.ndarray, stop: np.ndarray | None, end: float
+    ) -> None:
         b = self.batch
-        acc = np.minimum(truth, lengths)
         emit = np.minimum(acc + 1, b[:, LEFT])
+        if stop is not None:  # an end-of-sequence token ends the request with this round
+            b[stop, LEFT] = emit[stop]
         b[:, CTX] += emit
         b[:, LEFT] -= emit
         b[:, ROUNDS] += 1
@@ -194,24 +213,25 @@ class Replica:
             self.finished += int(done.sum())
             self._leave(done)
 
-    def _commit_prefill(self, takes: list[int], end: float) -> None:
+    def _commit_prefill(self, takes: list[int], stop: np.ndarray | None, end: float) -> None:
         rows = []
-        for entry, take in zip(self.prefilling, takes, strict=False):
+        for entry, take in zip(self.prefilling, takes, strict=False):  # takes: a prefix
             entry[1] -= take
             if entry[1] == 0:
                 rows.append(entry)
         if not rows:
             return
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
-        for i, _, blocks, order in rows:  # the prefill step emits a token (DESIGN.md 8)
+        for k, (i, _, blocks, order) in enumerate(rows):  # prefill emits a token (DESIGN.md 8)
             self.generated[i] += 1
             if np.isnan(self.first_token[i]):
                 self.first_token[i] = end
             left = int(self.w.output_tokens[i] - self.generated[i])
-            if left == 0:
+            if left == 0 or (stop is not None and stop[k]):
                 self.finish[i] = end
                 self.finished += 1
                 self.used_blocks -= blocks
+                self.backend.released(np.array([i]))
                 continue
             row = [i, int(self.w.prompt_tokens[i] + self.generated[i]), left, blocks, order]
             self.batch = np.vstack([self.batch, [*row, *self.counters[i]]])

@@ -30,7 +30,7 @@ def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
     sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors))
     for name, table in (("points", points), ("frontier", front)):
         write_with(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))
-    title = f"{cfg.path.stem}: {cfg.base.profile.rsplit('/', 1)[-1]}, gamma {cfg.base.gamma}"
+    title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
     plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
     plot_load(points, title, out / "load.png")
     report = render_report(cfg, points, gains, sla)

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dsim.fileio import write_with  # noqa: E402
@@ -19,6 +20,13 @@ def _save(fig: plt.Figure, path: Path) -> None:
     stamp = {"Software": None}
     write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata=stamp))
     plt.close(fig)
+
+
+def _log_x(ax: plt.Axes) -> None:
+    """Log x axis labelled in plain numbers (no 10^x minor-tick clutter)."""
+    _log_x(ax)
+    ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _colors(policies: list[str]) -> dict[str, tuple]:
@@ -43,7 +51,7 @@ def plot_pareto(
             f"SLA {anchor:g}", (anchor, 1.0), xycoords=("data", "axes fraction"),
             rotation=90, va="top", ha="right", fontsize=8, color="0.3",
         )  # fmt: skip
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel("median per-user speed (tok/s/user, log scale)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_title(title)
@@ -66,7 +74,7 @@ def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
     top.set_ylabel("output throughput (tok/s)")
     bottom.set_ylabel("verify budget (tok/request/round)")
     bottom.set_xlabel("concurrency: mean running requests per step")
-    bottom.set_xscale("log")
+    _log_x(bottom)
     top.set_title(title)
     for ax in (top, bottom):
         ax.grid(True, which="both", alpha=0.3)

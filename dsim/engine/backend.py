@@ -1,0 +1,58 @@
+"""What executes a round for the engine: simulated acceptance, or real model passes.
+
+The engine asks a backend for the running requests' confidences (the drafter's pass), lets the
+policy choose verify lengths, then asks the backend to verify them (the target's pass). A
+simulated backend replays an acceptance model: a request accepts min(true prefix, l) drafts. A
+real backend (`dsim.real`) runs the drafter and target, and can also end a request early (an
+end-of-sequence token), which the `stop` flags report.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from dsim.acceptance.sources import AcceptanceSource
+
+
+class Backend(Protocol):
+    gamma: int
+
+    def bind(self, n_requests: int, rng: np.random.Generator) -> None:
+        """Prepare per-request state for requests 0..n-1."""
+
+    def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Conditional confidences (R x gamma) and, when known in advance, the true prefix."""
+
+    def verify(
+        self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Accepted drafts per request for verify lengths `lengths`, and end-of-sequence flags."""
+
+    def prefilled(self, idx: np.ndarray) -> np.ndarray | None:
+        """Requests whose prefill completes this step; flags those whose first token ends them."""
+
+    def released(self, idx: np.ndarray) -> None:
+        """Requests that finished or were preempted: drop their state."""
+
+
+class Simulated:
+    """A backend over an acceptance model: the accepted prefix is min(true prefix, l)."""
+
+    def __init__(self, source: AcceptanceSource) -> None:
+        self.source = source
+        self.gamma = source.gamma
+        self.bind = source.bind
+        self.draw = source.draw
+
+    def verify(
+        self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
+    ) -> tuple[np.ndarray, None]:
+        return np.minimum(truth, lengths), None
+
+    def prefilled(self, idx: np.ndarray) -> None:
+        return None
+
+    def released(self, idx: np.ndarray) -> None:
+        return None

@@ -11,7 +11,7 @@ import pandas as pd
 import simpy
 
 from dsim.acceptance.sources import parse_acceptance
-from dsim.engine.backend import Simulated
+from dsim.engine.backend import Backend, Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.errors import InputError
@@ -19,7 +19,7 @@ from dsim.fileio import atomic_dir, write_json
 from dsim.hardware.latency import LatencyModel
 from dsim.metrics import REQUEST_COLUMNS, summarize
 from dsim.policies import parse_policy
-from dsim.workload import load_workload
+from dsim.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
@@ -56,7 +56,7 @@ class RunResult:
     requests: pd.DataFrame
     summary: dict
     steps: StepLog
-    emitted: np.ndarray  # tokens each request emitted (for the conservation invariant)
+    requested: np.ndarray  # output tokens the workload asked for (a cap in real mode)
 
 
 def _window(text: str) -> tuple[float, float | None]:
@@ -67,22 +67,42 @@ def _window(text: str) -> tuple[float, float | None]:
         raise InputError(None, None, f"--window {text!r}: expected START:END in seconds") from None
 
 
-def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Build inputs from `spec`, run the replica to completion, return records and summary."""
-    policy = parse_policy(spec.policy, spec.sla_tps)
-    cfg = EngineConfig(spec.gamma, spec.max_seqs, spec.kv_tokens, prefill_chunk=spec.prefill_chunk)
+def load_spec_workload(spec: RunSpec) -> Workload:
+    """The spec's trace, cut to its window and first requests, at its rate scale."""
     workload = load_workload(spec.trace, spec.seed)
     if spec.window:
         workload = workload.window(*_window(spec.window))
     if spec.max_requests:
         workload = workload.head(spec.max_requests)
-    workload = workload.scale_rate(spec.rate_scale)
-    latency = LatencyModel.from_csv(spec.profile)
+    return workload.scale_rate(spec.rate_scale)
+
+
+def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Build inputs from `spec`, run the replica with simulated acceptance."""
+    workload = load_spec_workload(spec)
     acceptance = parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
+    return run_engine(spec, workload, Simulated(acceptance), progress=progress)
+
+
+def run_engine(
+    spec: RunSpec,
+    workload: Workload,
+    backend: Backend,
+    clock: str = "profile",
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Run one replica over `workload` with `backend` executing the rounds (simulated or real).
+
+    The spec gives the policy, engine limits, profile and drafter cost; its trace and acceptance
+    fields are ignored here (the caller built `workload` and `backend` from them).
+    """
+    policy = parse_policy(spec.policy, spec.sla_tps)
+    cfg = EngineConfig(spec.gamma, spec.max_seqs, spec.kv_tokens, prefill_chunk=spec.prefill_chunk)
+    latency = LatencyModel.from_csv(spec.profile)
     draft_cost = parse_draft_cost(spec.draft_cost)
     rng = np.random.default_rng(spec.seed)
-    acceptance.bind(len(workload), rng)
-    replica = Replica(workload, latency, draft_cost, Simulated(acceptance), policy, cfg, rng)
+    backend.bind(len(workload), rng)
+    replica = Replica(workload, latency, draft_cost, backend, policy, cfg, rng, clock)
     env = simpy.Environment()
     report = None if progress is None else (lambda done: progress(done, len(workload)))
     env.process(replica.process(env, report))
@@ -94,7 +114,7 @@ def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) 
             "first_token_s": replica.first_token,
             "finish_s": replica.finish,
             "prompt_tokens": workload.prompt_tokens,
-            "output_tokens": workload.output_tokens,
+            "output_tokens": replica.generated,
             "rounds": replica.counters[:, 0],
             "verified_drafts": replica.counters[:, 1],
             "accepted_drafts": replica.counters[:, 2],
@@ -106,7 +126,7 @@ def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) 
     summary = summarize(requests, steps, spec.policy)
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
-    return RunResult(requests, summary, steps, replica.generated.copy())
+    return RunResult(requests, summary, steps, workload.output_tokens)
 
 
 def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:

@@ -74,6 +74,12 @@ class BatchDecoder:
         self.valid[:, start:] &= torch.arange(self._last)[None, :] < keep[:, None]
         self.next_pos += keep
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only sequences `rows` (e.g. drop finished ones)."""
+        self.cache.batch_select_indices(rows)
+        self.valid = self.valid[rows]
+        self.next_pos = self.next_pos[rows]
+
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) from final hidden states."""
         return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)

@@ -78,9 +78,9 @@ def drafter_loss(drafter: Drafter, batch: dict[str, torch.Tensor]) -> tuple[torc
     per_pos = CE_WEIGHT * ce + TV_WEIGHT * (1 - accept) + CONF_WEIGHT * bce
     loss = (per_pos * weight).sum(-1).mean() / weight.sum()
     parts = {
-        "ce": float(ce.mean()),
-        "accept": float(accept.mean()),
-        "bce": float(bce.mean()),
+        "ce": float(ce.detach().mean()),
+        "accept": float(accept.detach().mean()),
+        "bce": float(bce.detach().mean()),
     }
     return loss, parts
 

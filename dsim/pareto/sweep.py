@@ -91,10 +91,13 @@ def _local(tasks: list[Task], jobs: int) -> Iterator[tuple[int, dict]]:
         for i, task in enumerate(tasks):
             yield i, run_point(*task)
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    try:
         futures = {pool.submit(run_point, *task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):
             yield futures[future], future.result()
+    finally:  # on Ctrl-C or a failed point, drop the queued points instead of running them all
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[int, dict]]:

@@ -1,0 +1,161 @@
+"""Real speculative decoding with a trained drafter, recorded as an acceptance trace.
+
+`spec_round` is one batched round (draft, verify in one target pass, rejection-sample, trim the
+caches); `collect` drives it over prompts with full-block verification and keeps, per round,
+the drafter's raw confidences, the accepted prefix and the soft labels sum_v min(p_d, p_t).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dsim.models.data import Prompt
+from dsim.models.decode import BatchDecoder
+from dsim.models.drafters import Draft, Drafter
+from dsim.models.sampling import Verdict, overlap, sample, verify
+
+
+@dataclass
+class Round:
+    """What one round produced for each of B sequences."""
+
+    draft: Draft
+    verdict: Verdict
+    soft_labels: torch.Tensor  # (B, gamma) sum_v min(p_d, p_t) at each draft position
+    hidden: torch.Tensor  # (B, H) target state at the new anchor (predicted next_token)
+
+
+def spec_round(
+    decoder: BatchDecoder,
+    drafter: Drafter,
+    hidden: torch.Tensor,
+    anchor: torch.Tensor,
+    lengths: torch.Tensor,
+    generator: torch.Generator,
+    greedy: bool = False,
+) -> Round:
+    """Draft gamma tokens, verify the first lengths[b] of each in ONE target pass over
+    [anchor, drafts], accept by rejection sampling and keep the accepted prefix in the cache."""
+    draft = drafter.draft(hidden, anchor, generator, greedy)
+    block = torch.cat([anchor[:, None], draft.tokens], dim=1)
+    states = decoder.extend(block, lengths + 1)
+    p_target = decoder.probs(states)
+    p_draft = drafter.full_vocab(draft.probs, p_target.shape[-1])
+    verdict = verify(draft.tokens, p_draft, p_target, lengths, generator, greedy)
+    decoder.trim(verdict.accepted + 1)
+    rows = torch.arange(block.shape[0])
+    return Round(
+        draft=draft,
+        verdict=verdict,
+        soft_labels=overlap(p_draft, p_target[:, :-1]),
+        hidden=states[rows, verdict.accepted],
+    )
+
+
+def collect(
+    target,
+    drafter: Drafter,
+    prompts: list[Prompt],
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    greedy: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Decode every prompt speculatively (all gamma drafts verified each round); returns the
+    acceptance-trace rows and the generated texts (in prompt order)."""
+    generator = torch.Generator().manual_seed(seed)
+    encoded = [target.encode_chat(p.prompt) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+    frames, texts = [], [""] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        ids = order[start : start + batch_size]
+        frame, outputs = _decode_batch(
+            target, drafter, [encoded[i] for i in ids], max_new_tokens, generator, greedy
+        )
+        frame["seq_id"] = np.asarray(ids, dtype=np.int64)[frame["seq_id"].to_numpy()]
+        frame["domain"] = [prompts[i].domain for i in frame["seq_id"]]
+        frames.append(frame)
+        for i, out in zip(ids, outputs, strict=True):
+            texts[i] = target.decode(out)
+        if progress is not None:
+            progress(len(ids))
+    df = pd.concat(frames, ignore_index=True).sort_values(["seq_id", "round"], kind="stable")
+    return df.reset_index(drop=True), texts
+
+
+def _decode_batch(
+    target,
+    drafter: Drafter,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    generator: torch.Generator,
+    greedy: bool,
+) -> tuple[pd.DataFrame, list[list[int]]]:
+    decoder = BatchDecoder(target)
+    hidden = decoder.prefill(prompts)
+    anchor = sample(decoder.probs(hidden), generator, greedy)  # prefill emits the first token
+    outputs = [[int(t)] for t in anchor]
+    live = torch.tensor([int(t) != target.eos_id for t in anchor])
+    alive = torch.arange(len(prompts))  # batch row -> prompt index
+    records: list[dict[str, np.ndarray]] = []
+    rounds = np.zeros(len(prompts), dtype=np.int32)
+    gamma = drafter.gamma
+    while True:
+        if not bool(live.all()):
+            keep = torch.nonzero(live).squeeze(1)
+            decoder.select(keep)
+            alive, hidden, anchor = alive[keep], hidden[keep], anchor[keep]
+        if len(alive) == 0:
+            break
+        full = torch.full((len(alive),), gamma, dtype=torch.long)
+        result = spec_round(decoder, drafter, hidden, anchor, full, generator, greedy)
+        accepted = result.verdict.accepted
+        seq = alive.numpy()
+        records.append(
+            {
+                "seq_id": seq,
+                "round": rounds[seq].copy(),
+                "accepted": accepted.numpy().copy(),
+                "conf": result.draft.conf.numpy().copy(),
+                "tv": result.soft_labels.numpy().copy(),
+            }
+        )
+        rounds[seq] += 1
+        live = torch.ones(len(alive), dtype=torch.bool)
+        for row, prompt_idx in enumerate(seq):
+            n = int(accepted[row])
+            new = [*result.draft.tokens[row, :n].tolist(), int(result.verdict.next_token[row])]
+            out = outputs[prompt_idx]
+            if target.eos_id in new:
+                new = new[: new.index(target.eos_id) + 1]
+                live[row] = False
+            out.extend(new[: max(0, max_new_tokens - len(out))])
+            if len(out) >= max_new_tokens:
+                live[row] = False
+        hidden, anchor = result.hidden, result.verdict.next_token
+    return _trace_frame(records, gamma), outputs
+
+
+def _trace_frame(records: list[dict[str, np.ndarray]], gamma: int) -> pd.DataFrame:
+    cat = {key: np.concatenate([r[key] for r in records]) for key in records[0]} if records else {}
+    if not cat:
+        return pd.DataFrame({"seq_id": np.zeros(0, dtype=np.int64)})
+    frame = pd.DataFrame(
+        {
+            "seq_id": cat["seq_id"].astype(np.int64),
+            "round": cat["round"].astype(np.int32),
+            "gamma": np.full(len(cat["seq_id"]), gamma, dtype=np.int32),
+            "accepted": cat["accepted"].astype(np.int32),
+        }
+    )
+    for k in range(gamma):
+        frame[f"conf_{k + 1}"] = cat["conf"][:, k].astype(np.float64)
+    for k in range(gamma):
+        frame[f"tv_{k + 1}"] = np.clip(cat["tv"][:, k].astype(np.float64), 0.0, 1.0)
+    return frame

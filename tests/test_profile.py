@@ -286,6 +286,7 @@ def test_drafter_standin_is_one_layer_of_target_width(monkeypatch, capsys, tiny_
     assert code == 0, err
     meta = profile_metadata(out)
     assert "stand-in" in meta["drafter"] and meta["model_config"]["num_hidden_layers"] == 1
+    assert read_profile(out)["num_seqs"].tolist() == [1, 2]  # one drafting step per sequence
 
 
 # --- show --------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ def profile(
         "instead of measuring.",
     ),
     drafter: bool = typer.Option(
-        False, help="Profile a drafter stand-in (one layer of the target's width)."
+        False,
+        help="Profile a drafter stand-in (one layer of the target's width), one token per "
+        "sequence: rows are B drafting sequences, usable as --draft-cost CSV.",
     ),
     out: Path = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it)."),
 ) -> None:

@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -83,28 +83,34 @@ def time_point(
 
 @dataclass(frozen=True)
 class Grid:
-    """Batch tokens B, allowed sequence counts R, and contexts per sequence to measure."""
+    """Batch tokens B, allowed sequence counts R, and contexts per sequence to measure; each B
+    runs on the allowed R that gives nearest `tokens_per_seq` tokens per sequence."""
 
     batch_tokens: tuple[int, ...]
     seqs: tuple[int, ...]
     contexts: tuple[int, ...]
+    tokens_per_seq: int = TOKENS_PER_SEQ
 
     def points(self) -> list[tuple[int, int, int]]:
         """(context_len, batch_tokens, num_seqs) in measuring order."""
-        return [(c, b, choose_seqs(b, self.seqs)) for c in self.contexts for b in self.batch_tokens]
+        return [
+            (c, b, choose_seqs(b, self.seqs, self.tokens_per_seq))
+            for c in self.contexts
+            for b in self.batch_tokens
+        ]
 
 
-def choose_seqs(batch_tokens: int, seqs: Sequence[int]) -> int:
-    """The R in `seqs` dividing B whose q = B/R is nearest TOKENS_PER_SEQ (ties: more sequences).
+def choose_seqs(batch_tokens: int, seqs: Sequence[int], per_seq: int = TOKENS_PER_SEQ) -> int:
+    """The R in `seqs` dividing B whose q = B/R is nearest `per_seq` (ties: more sequences).
 
-    The roofline assumes the same tokens per sequence, so estimate and measurement compare.
+    The roofline assumes TOKENS_PER_SEQ too, so estimate and measurement compare.
     """
     fits = [r for r in seqs if batch_tokens % r == 0]
     if not fits:
         raise InputError(
             None, None, f"batch_tokens {batch_tokens} is not a multiple of any --seqs value {seqs}"
         )
-    return min(fits, key=lambda r: (abs(batch_tokens // r - TOKENS_PER_SEQ), -r))
+    return min(fits, key=lambda r: (abs(batch_tokens // r - per_seq), -r))
 
 
 def resolve_device(device: str) -> Any:
@@ -133,10 +139,8 @@ def resolve_dtype(dtype: str, device: Any) -> Any:
 
 
 def drafter_standin(config: Any) -> Any:
-    """A one-layer block of the target's width: the cost shape of a DFlash/EAGLE-style drafter.
-
-    A stand-in until real drafter architectures exist; the sidecar says so.
-    """
+    """A one-layer block of the target's width: the cost shape of one EAGLE-style drafting step
+    (a stand-in for a real drafter; the sidecar says so)."""
     small = copy.deepcopy(config)
     small.num_hidden_layers = 1
     if getattr(small, "layer_types", None):
@@ -268,11 +272,12 @@ def profile_model(
             raise InputError(None, None, f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     config = zoo.load_config(model)
+    if drafter:  # one drafting step per sequence: B = R, the axis --draft-cost reads
+        config = drafter_standin(config)
+        grid = replace(grid, seqs=grid.batch_tokens, tokens_per_seq=1)
     grid.points()  # validates every B against --seqs before the model is built
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    if drafter:
-        config = drafter_standin(config)
     timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
     load_before = os.getloadavg()
     started = time.perf_counter()
@@ -310,7 +315,7 @@ def profile_model(
         "warmup": warmup,
         "timer": "cuda events" if dev.type == "cuda" else "perf_counter",
         "grid": {"batch_tokens": grid.batch_tokens, "seqs": grid.seqs, "contexts": grid.contexts},
-        "seqs_rule": f"R in seqs dividing B with B/R nearest {TOKENS_PER_SEQ}",
+        "seqs_rule": f"R in seqs dividing B with B/R nearest {grid.tokens_per_seq}",
         "skipped_out_of_memory": skipped,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
@@ -319,6 +324,9 @@ def profile_model(
         "command": command,
     }
     if drafter:
-        meta["drafter"] = "stand-in: one decoder layer of the target's width (not a real drafter)"
+        meta["drafter"] = (
+            "stand-in: one decoder layer of the target's width, one drafting step per sequence "
+            "(batch_tokens = drafting sequences, as --draft-cost reads it); not a real drafter"
+        )
     write_profile(df, out, meta)
     return df

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format bench
+.PHONY: demo test lint format bench bench-pareto
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,3 +30,6 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_policies.py
+
+bench-pareto: $(STAMP)  # 72 full-trace simulations with 2 processes: 8-25 minutes
+	$(BIN)/python benchmarks/bench_pareto.py

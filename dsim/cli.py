@@ -12,6 +12,7 @@ from dsim.errors import InputError
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
+from dsim.real import commands as validate_commands
 from dsim.report import console, progress_bar, summary_table
 from dsim.run import (
     DEFAULT_ACCEPTANCE,
@@ -29,7 +30,13 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (hardware_commands, acceptance_commands, models_commands, pareto_commands):
+for module in (
+    hardware_commands,
+    acceptance_commands,
+    models_commands,
+    pareto_commands,
+    validate_commands,
+):
     module.register(app)
 
 
@@ -54,11 +61,20 @@ def run(
     prefill_chunk: int = typer.Option(2048, help="Prefill tokens per step (chunked prefill)."),
     draft_cost: str = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV."),
     sla_tps: float | None = typer.Option(None, help="Per-user tok/s the schedulers must keep."),
-    calibration: str | None = typer.Option(None, help="STS calibration JSON for a trace."),
+    calibration: str | None = typer.Option(None, help="STS calibration JSON for an acceptance trace; 'raw' ignores a calibrated sidecar."),
     out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    real: bool = typer.Option(False, help="Run the real drafter and target (--acceptance unused)."),
+    target: str = typer.Option("smollm2-135m", help="--real: smollm2-135m, tiny or a HF folder."),
+    drafter: Path | None = typer.Option(None, help="--real: drafter checkpoint (dsim train)."),
+    prompts: Path = typer.Option(
+        Path(validate_commands.DEFAULT_PROMPTS), help="--real: prompt file (JSON lines)."
+    ),
+    clock: str = typer.Option("profile", help="--real: profile (deterministic) or wall."),
+    max_new_tokens: int = typer.Option(128, help="--real: output cap per request."),
 ) -> None:
-    """Simulate one replica serving a trace under a verification policy."""
+    """Simulate one replica serving a trace under a verification policy (or serve it for real
+    with --real: texts go to OUT/texts.jsonl)."""
     spec = RunSpec(
         trace,
         profile,
@@ -76,10 +92,16 @@ def run(
         sla_tps,
         calibration,
     )
-    with progress_bar("simulating", total=1, enabled=progress) as update:
-        result = simulate(spec, progress=update)
-    if out is not None:
-        write_run(result, spec, out)
+    if real:
+        with progress_bar("serving (real)", total=1, enabled=progress) as update:
+            result = validate_commands.real_run(
+                spec, target, drafter, prompts, clock, max_new_tokens, out, update
+            )
+    else:
+        with progress_bar("simulating requests", total=None, enabled=progress) as update:
+            result = simulate(spec, progress=update)
+        if out is not None:
+            write_run(result, spec, out)
     console.print(summary_table(result.summary, f"dsim run: {policy} on {Path(trace).name}"))
 
 

@@ -53,7 +53,7 @@ def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator
     )
     with progress:
         task = progress.add_task(description, total=total)
-        yield lambda done, _total=None: progress.update(task, completed=done)
+        yield lambda done, total=None: progress.update(task, completed=done, total=total or None)
 
 
 def markdown_table(df, digits: int = 4) -> str:

@@ -26,15 +26,14 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import UnionType
-from typing import Any, get_args, get_type_hints
+from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.config import parse_draft_cost
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
-from dsim.run import RunSpec, _window
-from dsim.workload import load_workload
+from dsim.run import RunSpec, load_spec_workload
 
 LOAD_AXES = ("rate_scale", "max_seqs")
 _TOP_KEYS = {"description", "policies", "baseline", "run", "load", "sla"}
@@ -106,13 +105,7 @@ def _check_inputs(check: _Checker, spec: RunSpec) -> None:
     check.wrap(
         "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
     )
-
-    def workload() -> None:
-        w = load_workload(spec.trace, spec.seed)
-        if spec.window:
-            w.window(*_window(spec.window))
-
-    check.wrap("run.trace", workload)
+    check.wrap("run.trace", lambda: load_spec_workload(spec))
 
 
 class _Checker:
@@ -121,7 +114,7 @@ class _Checker:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, key: str, problem: str) -> None:
+    def fail(self, key: str, problem: str) -> NoReturn:
         raise InputError(self.path, None, f"{key}: {problem}")
 
     def wrap(self, key: str, build: Any) -> None:

@@ -58,27 +58,27 @@ def throughput_at_sla(front: pd.DataFrame, policy: str, sla_tps: float) -> float
 
 
 def matched_gains(
-    front: pd.DataFrame, policies: list[str], baseline: str, levels: int = 5
+    front: pd.DataFrame, policies: list[str], baseline: str, levels: int = 6
 ) -> pd.DataFrame:
-    """Per-user speed gain over the baseline at `levels` throughputs both frontiers cover.
+    """Per-user speed gain over the baseline at `levels` throughputs every frontier covers.
 
-    The levels are evenly spaced over the overlap of the two frontiers' throughput ranges;
-    a policy whose range does not overlap the baseline's gets no rows.
+    The levels are evenly spaced over the throughput range all the policies' frontiers share,
+    so each level compares every policy at the same throughput. Where the ranges share nothing,
+    the baseline's range is used and a policy that does not reach a level gets NaN there.
     """
+    ranges = [_curve(front, p)[1] for p in policies]
+    ranges = [(y[0], y[-1]) for y in ranges if len(y)]
+    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    if lo > hi:
+        _, base_y = _curve(front, baseline)
+        lo, hi = base_y[0], base_y[-1]
     rows = []
-    _, base_y = _curve(front, baseline)
-    for policy in policies:
-        if policy == baseline:
-            continue
-        _, y = _curve(front, policy)
-        if not len(y) or not len(base_y):
-            continue
-        lo, hi = max(y[0], base_y[0]), min(y[-1], base_y[-1])
-        if lo > hi:
-            continue
-        for level in np.linspace(lo, hi, levels) if hi > lo else [lo]:
+    for level in np.linspace(lo, hi, levels) if hi > lo else [lo]:
+        base = speed_at_throughput(front, baseline, level)
+        for policy in policies:
+            if policy == baseline:
+                continue
             speed = speed_at_throughput(front, policy, level)
-            base = speed_at_throughput(front, baseline, level)
             rows.append(
                 {
                     "policy": policy,

@@ -35,7 +35,7 @@ def gains_section(gains: pd.DataFrame, baseline: str) -> str:
     summary = [
         [policy, f"{g['throughput_tok_s'].min():.0f}-{g['throughput_tok_s'].max():.0f}",
          f"{_pct(g['gain'].min())} to {_pct(g['gain'].max())}"]
-        for policy, g in gains.groupby("policy", sort=False)
+        for policy, g in gains.dropna(subset=["gain"]).groupby("policy", sort=False)
     ]  # fmt: skip
     levels = sorted(gains["throughput_tok_s"].unique())
     policies = list(gains["policy"].unique())
@@ -45,11 +45,9 @@ def gains_section(gains: pd.DataFrame, baseline: str) -> str:
     for level in levels:
         row = [f"{level:.0f}", f"{base[level]:.1f}"]
         for policy in policies:
-            if (policy, level) in by_level.index:
-                hit = by_level.loc[(policy, level)]
-                row.append(f"{hit['tps_p50']:.1f} ({_pct(hit['gain'])})")
-            else:
-                row.append("")
+            hit = by_level.loc[(policy, level)]
+            reached = not math.isnan(hit["tps_p50"])
+            row.append(f"{hit['tps_p50']:.1f} ({_pct(hit['gain'])})" if reached else "n/a")
         detail.append(row)
     return (
         _table(["policy", "matched throughput range tok/s", f"speed gain over {baseline}"], summary)
@@ -108,7 +106,7 @@ def render_report(
         + f"Config `{cfg.path}`.\n\n{setup}\n"
         + f"## Per-user speed at matched throughput (over `{cfg.baseline}`)\n\n"
         + "Interpolated linearly on each policy's Pareto frontier, only inside the throughput "
-        + "range both frontiers cover.\n\n"
+        + "range all the frontiers share.\n\n"
         + gains_section(gains, cfg.baseline)
         + "\n## Maximum throughput at each SLA anchor (tok/s)\n\n"
         + "Highest throughput on the frontier whose median per-user speed meets the anchor "

@@ -43,17 +43,15 @@ def make_points(specs: Iterable[tuple[str, float, RunSpec]]) -> list[Point]:
 
 def point_key(spec: RunSpec) -> str:
     """16 hex digits of SHA-256 over the spec and the contents of the files it reads."""
-    inputs = {v: _file_digest(v) for v in spec.as_dict().values() if _is_file(v)}
+    files = [v for v in spec.as_dict().values() if isinstance(v, str) and Path(v).is_file()]
+    inputs = {f: _file_digest(f, Path(f).stat().st_mtime_ns, Path(f).stat().st_size) for f in files}
     blob = json.dumps({"spec": spec.as_dict(), "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _is_file(value: object) -> bool:
-    return isinstance(value, str) and Path(value).is_file()
-
-
 @lru_cache(maxsize=64)
-def _file_digest(path: str) -> str:
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    """SHA-256 of a file; cached per (path, mtime, size), so a long session sees edits."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

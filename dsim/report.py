@@ -56,12 +56,16 @@ def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator
         yield lambda done, total=None: progress.update(task, completed=done, total=total or None)
 
 
-def markdown_table(df, digits: int = 4) -> str:
-    """A DataFrame as a GitHub markdown table (numbers to `digits` significant figures)."""
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table from already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
 
-    def cell(v) -> str:
-        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+def frame_table(df, digits: int = 4) -> str:
+    """A DataFrame as a markdown table, floats to `digits` significant figures."""
+    cells = [
+        [f"{v:.{digits}g}" if isinstance(v, float) else str(v) for v in row] for row in df.values
+    ]
+    return markdown_table([str(c) for c in df.columns], cells) + "\n"

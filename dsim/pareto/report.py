@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from dsim.pareto.config import SweepConfig
+from dsim.report import markdown_table
 
 _POINT_COLUMNS = {
     "throughput_tok_s": ("throughput tok/s", "{:.0f}"),
@@ -16,12 +17,6 @@ _POINT_COLUMNS = {
     "accepted_length_mean": ("tau", "{:.2f}"),
     "ttft_p50_s": ("TTFT p50 s", "{:.3f}"),
 }
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _pct(value: float) -> str:
@@ -50,9 +45,11 @@ def gains_section(gains: pd.DataFrame, baseline: str) -> str:
             row.append(f"{hit['tps_p50']:.1f} ({_pct(hit['gain'])})" if reached else "n/a")
         detail.append(row)
     return (
-        _table(["policy", "matched throughput range tok/s", f"speed gain over {baseline}"], summary)
+        markdown_table(
+            ["policy", "matched throughput range tok/s", f"speed gain over {baseline}"], summary
+        )
         + "\n\nMedian per-user tok/s at matched throughput (gain over the baseline):\n\n"
-        + _table(["throughput tok/s", baseline, *policies], detail)
+        + markdown_table(["throughput tok/s", baseline, *policies], detail)
         + "\n"
     )
 
@@ -76,7 +73,7 @@ def sla_section(sla: pd.DataFrame, baseline: str) -> str:
                 shown = f"{baseline} cannot meet" if math.isinf(ratio) else f"x{ratio:.2f}"
                 cells.append(f"{best:.0f} ({shown})")
         rows.append(cells)
-    return _table(["SLA tok/s/user", *policies], rows) + "\n"
+    return markdown_table(["SLA tok/s/user", *policies], rows) + "\n"
 
 
 def points_section(points: pd.DataFrame, axis: str) -> str:
@@ -86,7 +83,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
         + [fmt.format(row[col]) for col, (_, fmt) in _POINT_COLUMNS.items()]
         for _, row in points.iterrows()
     ]
-    return _table(header, rows) + "\n"
+    return markdown_table(header, rows) + "\n"
 
 
 def render_report(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.report import markdown_table
+from dsim.report import frame_table
 from dsim.run import RunSpec, simulate
 
 HERE = Path(__file__).parent
@@ -91,7 +91,7 @@ def main() -> None:
                 f.write(f"| {policy} | " + " | ".join(cells) + " |\n")
             f.write("\n")
         f.write("## dspark: what miscalibration costs (chat, overconf=2 drafter)\n\n")
-        f.write(markdown_table(pd.DataFrame(cal_rows)))
+        f.write(frame_table(pd.DataFrame(cal_rows)))
 
 
 if __name__ == "__main__":

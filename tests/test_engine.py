@@ -154,3 +154,30 @@ def test_mooncake_trace_loads(sim):
     )
     assert res.summary["requests"] == 40
     assert res.summary["mean_verify_budget"] == pytest.approx(2.0)
+
+
+def test_burstgpt_trace_skips_failed_requests(sim, tmp_path):
+    trace = tmp_path / "burst.csv"
+    trace.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,100,20,120,Conversation log\n"
+        "6,ChatGPT,50,0,50,Conversation log\n"
+        "9.5,GPT-4,80,30,110,API log\n"
+    )
+    res = sim(trace=str(trace), policy="fixed:2")
+    assert res.requests["output_tokens"].tolist() == [20, 30]
+    assert res.requests["arrival_s"].tolist() == [0.0, 4.5]
+
+
+def test_synthetic_gamma_arrivals_are_bursty():
+    from dsim.workload import synthetic
+
+    def cv(spec):
+        gaps = np.diff(synthetic(spec, seed=0).arrival_s)
+        return gaps.std() / gaps.mean()
+
+    assert cv("synthetic:rate=10,n=20000,cv=1") == pytest.approx(1.0, abs=0.05)
+    assert cv("synthetic:rate=10,n=20000,cv=3") == pytest.approx(3.0, rel=0.1)
+    w = synthetic("synthetic:rate=10,n=20000,prompt=500,output=100,sigma=0.5", seed=0)
+    assert w.prompt_tokens.mean() == pytest.approx(500, rel=0.03)
+    assert len(w) / w.arrival_s[-1] == pytest.approx(10, rel=0.03)

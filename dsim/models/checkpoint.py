@@ -38,7 +38,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a damaged zip/pickle
-        raise InputError(path, None, f"not a readable drafter checkpoint ({err})") from err
+        raise InputError(
+            path, None, f"not a readable drafter checkpoint ({str(err).splitlines()[0]})"
+        ) from err
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise InputError(path, None, f"not a {FORMAT} drafter checkpoint")
     return blob
@@ -59,6 +61,8 @@ def load_drafter(path: str | Path, target) -> Drafter:
         drafter = Drafter(config, weights["vocab"])
         drafter.load_state_dict(weights)
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
-        raise InputError(path, None, f"drafter checkpoint does not match its config ({err})") from err
+        raise InputError(
+            path, None, f"drafter checkpoint does not match its config ({str(err).splitlines()[0]})"
+        ) from err
     drafter.attach(target.embedding.weight, target.lm_head_weight)
     return drafter.eval()

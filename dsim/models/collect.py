@@ -66,13 +66,14 @@ def collect(
     seed: int,
     greedy: bool = False,
     progress: Callable[[int], None] | None = None,
-) -> tuple[pd.DataFrame, list[str]]:
+) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode every prompt speculatively (all gamma drafts verified each round); returns the
-    acceptance-trace rows and the generated texts (in prompt order)."""
+    acceptance-trace rows and the generated token ids (in prompt order)."""
     generator = torch.Generator().manual_seed(seed)
     encoded = [target.encode_chat(p.prompt) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-    frames, texts = [], [""] * len(prompts)
+    frames: list[pd.DataFrame] = []
+    generated: list[list[int]] = [[] for _ in prompts]
     for start in range(0, len(order), batch_size):
         ids = order[start : start + batch_size]
         frame, outputs = _decode_batch(
@@ -82,11 +83,11 @@ def collect(
         frame["domain"] = [prompts[i].domain for i in frame["seq_id"]]
         frames.append(frame)
         for i, out in zip(ids, outputs, strict=True):
-            texts[i] = target.decode(out)
+            generated[i] = out
         if progress is not None:
             progress(len(ids))
     df = pd.concat(frames, ignore_index=True).sort_values(["seq_id", "round"], kind="stable")
-    return df.reset_index(drop=True), texts
+    return df.reset_index(drop=True), generated
 
 
 def _decode_batch(

@@ -142,7 +142,7 @@ class HiddenCache:
 
     def save(self, path: Path) -> None:
         with atomic_path(path) as tmp:
-            torch.save({**asdict(self)}, tmp)
+            torch.save(asdict(self), tmp)
 
     @classmethod
     def load(cls, path: Path) -> HiddenCache:
@@ -150,13 +150,14 @@ class HiddenCache:
             blob = torch.load(path, weights_only=True)
             return cls(**blob)
         except (OSError, RuntimeError, TypeError, KeyError) as err:
-            raise InputError(path, None, f"not a hidden-state cache ({err})") from err
+            raise InputError(
+                path, None, f"not a hidden-state cache ({str(err).splitlines()[0]})"
+            ) from err
 
     def anchors(self, gamma: int) -> torch.Tensor:
         """Rows j whose next `gamma` response tokens exist: training anchors."""
-        rows = [
-            torch.arange(lo, hi - gamma) for lo, hi in zip(self.offsets[:-1], self.offsets[1:])
-        ]
+        bounds = self.offsets.tolist()
+        rows = [torch.arange(lo, hi - gamma) for lo, hi in zip(bounds, bounds[1:], strict=False)]
         return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
 
 
@@ -191,7 +192,7 @@ def _jsonl(path: Path) -> Iterator[dict]:
                     except json.JSONDecodeError as err:
                         raise InputError(path, row_no, f"bad JSON ({err.msg})") from err
     except OSError as err:
-        raise InputError(path, None, f"cannot read ({err})") from err
+        raise InputError(path, None, f"cannot read ({str(err).splitlines()[0]})") from err
 
 
 def prepare_data(

@@ -80,9 +80,37 @@ class BatchDecoder:
         self.valid = self.valid[rows]
         self.next_pos = self.next_pos[rows]
 
+    def merge(self, other: BatchDecoder) -> None:
+        """Append `other`'s sequences to this batch (continuous batching: prefill newcomers in
+        their own decoder, then merge). The shorter cache is padded with invalid slots."""
+        if self.cache is None or self.batch == 0:
+            self.cache, self.valid, self.next_pos = other.cache, other.valid, other.next_pos
+            self._last = 0
+            return
+        width = max(self.valid.shape[1], other.valid.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat([_pad_slots(mine.keys, width), _pad_slots(theirs.keys, width)])
+            mine.values = torch.cat(
+                [_pad_slots(mine.values, width), _pad_slots(theirs.values, width)]
+            )
+        self.valid = torch.cat([_pad_slots(self.valid, width), _pad_slots(other.valid, width)])
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self._last = 0
+
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) from final hidden states."""
         return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)
+
+
+def _pad_slots(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad the slot axis (dim 1 of `valid`, dim 2 of keys/values) with zeros up to `width`."""
+    axis = 1 if x.dim() == 2 else 2
+    missing = width - x.shape[axis]
+    if missing == 0:
+        return x
+    shape = list(x.shape)
+    shape[axis] = missing
+    return torch.cat([x, x.new_zeros(shape)], dim=axis)
 
 
 def generate(

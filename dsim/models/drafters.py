@@ -153,11 +153,8 @@ class Drafter(nn.Module):
             chosen.append(token)
             prev = self.to_draft[token]
             if not parallel and k + 1 < g:
-                feature = self.out(h_k)
-                sequence.append(
-                    self.fuse(torch.cat([feature, self.embed[token]], dim=-1))
-                    + self.position[k + 1]
-                )
+                feature = self.out(h_k)  # its own guess of the target's next hidden state
+                sequence.append(self.fuse(torch.cat([feature, self.embed[token]], dim=-1)))
         return torch.stack(logits, 1), torch.stack(confs, 1), torch.stack(chosen, 1)
 
     @torch.no_grad()

@@ -4,8 +4,10 @@ drafter checkpoint can refuse a target it was not trained for."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -110,13 +112,13 @@ def tiny_target(seed: int = 0, hidden: int = 64, layers: int = 2) -> Target:
     model = LlamaForCausalLM(config)
     # Sharper logits than the default init so that drafters have something to learn.
     with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(25.0)
+        model.model.embed_tokens.weight.mul_(6.0)
     return _frozen(TINY, model, None, seed=seed)
 
 
 def load_target(spec: str = SMOLLM2) -> Target:
     """Load `smollm2-135m` (the GGUF package), `tiny` (random, tests) or a local HF directory."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
     if spec == TINY:
         return tiny_target()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -130,11 +132,14 @@ def load_target(spec: str = SMOLLM2) -> Target:
         folder, kwargs = Path(spec), {}
         if not folder.is_dir():
             raise InputError(spec, None, f"target must be {SMOLLM2}, {TINY} or a local HF folder")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+    try:  # stderr muted: the GGUF de-quantisation bar ignores transformers' switches
+        with contextlib.redirect_stderr(io.StringIO()):
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
     except (OSError, ValueError) as err:
-        raise InputError(spec, None, f"cannot load target model: {err}") from err
+        raise InputError(
+            spec, None, f"cannot load target model: {str(err).splitlines()[0]}"
+        ) from err
     return _frozen(spec if spec == SMOLLM2 else folder.name, model, tokenizer)
 
 

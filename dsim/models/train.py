@@ -91,7 +91,7 @@ class TrainSettings:
     batch_size: int = 64
     lr: float = 1e-3
     seed: int = 0
-    vocab_size: int = 4096
+    vocab_size: int = 8192
     width: int = 256
     save_every: int = 200
 
@@ -135,7 +135,7 @@ def train_drafter(
         optimizer.step()
         schedule.step()
         step += 1
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
         if progress is not None:
             progress(step, loss_value, parts)
         if step % settings.save_every == 0 or step == settings.steps:
@@ -185,4 +185,6 @@ def _load_state(path: Path, drafter, optimizer, schedule, generator, config) -> 
         generator.set_state(blob["rng"])
         return int(blob["step"])
     except (OSError, RuntimeError, KeyError, ValueError) as err:
-        raise InputError(path, None, f"cannot resume from training state ({err})") from err
+        raise InputError(
+            path, None, f"cannot resume from training state ({str(err).splitlines()[0]})"
+        ) from err

@@ -61,7 +61,10 @@ def run(
     prefill_chunk: int = typer.Option(2048, help="Prefill tokens per step (chunked prefill)."),
     draft_cost: str = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV."),
     sla_tps: float | None = typer.Option(None, help="Per-user tok/s the schedulers must keep."),
-    calibration: str | None = typer.Option(None, help="STS calibration JSON for an acceptance trace; 'raw' ignores a calibrated sidecar."),
+    calibration: str | None = typer.Option(
+        None,
+        help="STS calibration JSON for an acceptance trace; 'raw' ignores a calibrated sidecar.",
+    ),
     out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     real: bool = typer.Option(False, help="Run the real drafter and target (--acceptance unused)."),

@@ -158,7 +158,9 @@ class DSparkAsync:
 
     The global search (no early stop) runs on the batch of round t-2; its capacity per request
     times the current batch size gives this round's token budget K, which goes to the K
-    candidates with the highest current survival. The first two rounds use their own search.
+    candidates with the highest current survival. Until a capacity two rounds old exists (the
+    first two rounds) it schedules like `dspark`: a global search on current confidences would
+    let the choice depend on the drafted tokens and bias the output (DESIGN.md 2).
     """
 
     name: str = "dspark-async"
@@ -169,9 +171,10 @@ class DSparkAsync:
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r = conf.shape[0]
         self._history.append(global_capacity(conf, sps) / r)
-        per_request = self._history[0]
+        if len(self._history) < 3:
+            return dspark_lengths(conf, sps, self.sla_tps)
         rows, survival = _candidates(conf)
-        k = min(len(survival), int(round(per_request * r)))
+        k = min(len(survival), int(round(self._history[0] * r)))
         if self.sla_tps is not None:
             speed = _sps_at(sps, r + np.arange(k + 1))
             k = _sla_cut(rows, survival, r, k, speed, self.sla_tps)

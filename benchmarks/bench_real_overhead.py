@@ -1,0 +1,165 @@
+"""Real-mode overhead: the engine's own work per round vs the forward passes, at batch 16.
+
+16 requests arrive at once (max 16 running) and decode with `dspark` through the real
+backend. Every backend call is timed and split into forward passes (the drafter's pass and the
+target's flattened pass with its LM head) and the backend's own bookkeeping (blocks, rejection
+sampling, cache commits); the rest of each engine step (planning and commit) is the engine's
+own work (admission, KV accounting, the policy, commits). Target: engine < 5% of the forward
+passes.
+
+Run: .venv/bin/python benchmarks/bench_real_overhead.py [--drafter CKPT] [--target tiny]
+Without a checkpoint an untrained markov drafter of the default size stands in (its cost, not
+its acceptance, matters here). Threads: as in the CPU profile's sidecar (2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from dsim.engine.replica import Replica
+from dsim.models.checkpoint import load_drafter
+from dsim.models.data import Prompt
+from dsim.models.drafters import Drafter, DrafterConfig
+from dsim.models.target import load_target
+from dsim.real.backend import RealBackend
+from dsim.real.runner import profile_threads, run_real
+from dsim.run import RunSpec
+
+PROFILE = "profiles/cpu-smollm2-135m.csv"
+BATCH = 16
+
+
+def time_engine_steps(spent: list[float]) -> None:
+    """Wrap Replica.step so each step's planning and its commit add their wall time to `spent`."""
+    plan = Replica.step
+
+    def step(self, now):
+        start = time.perf_counter()
+        planned = plan(self, now)
+        spent.append(time.perf_counter() - start)
+        if planned is None:
+            return None
+        latency, commit = planned
+
+        def timed_commit(end):
+            start = time.perf_counter()
+            commit(end)
+            spent.append(time.perf_counter() - start)
+
+        return latency, timed_commit
+
+    Replica.step = step
+
+
+class Timed(RealBackend):
+    """A RealBackend that records where each step's time goes."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.forward_s = defaultdict(float)  # step number -> seconds in forward passes
+        self.backend_s = defaultdict(float)  # step number -> seconds in backend calls
+        self.running: dict[int, int] = {}  # step number -> running requests
+        self.step = 0
+        for name in ("forward", "probs"):  # the target's body, then its LM head + softmax
+            setattr(self.passes, name, self._forward_timer(getattr(self.passes, name)))
+
+    def _forward_timer(self, fn):
+        def timed(*a, **k):
+            start = time.perf_counter()
+            out = fn(*a, **k)
+            self.forward_s[self.step] += time.perf_counter() - start
+            return out
+
+        return timed
+
+    def _timed(self, name: str, *args):
+        start = time.perf_counter()
+        out = getattr(super(), name)(*args)
+        self.backend_s[self.step] += time.perf_counter() - start
+        return out
+
+    def draw(self, idx, rng):
+        self.step += 1
+        self.running[self.step] = len(idx)
+        start = time.perf_counter()
+        out = self._timed("draw", idx, rng)
+        self.forward_s[self.step] += time.perf_counter() - start  # the drafter's pass
+        return out
+
+    def verify(self, idx, lengths, truth):
+        return self._timed("verify", idx, lengths, truth)
+
+    def prefilled(self, idx):
+        return self._timed("prefilled", idx)
+
+    def released(self, idx):
+        return self._timed("released", idx)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--drafter", default=None)
+    parser.add_argument("--tokens", type=int, default=48, help="output tokens per request")
+    parser.add_argument("--policy", default="dspark")
+    args = parser.parse_args()
+    torch.set_num_threads(profile_threads(PROFILE) or torch.get_num_threads())
+    target = load_target(args.target)
+    if args.drafter:
+        drafter = load_drafter(args.drafter, target)
+    else:
+        torch.manual_seed(0)
+        config = DrafterConfig.default("markov", 7, target.hidden_size)
+        vocab = torch.arange(min(4096, target.vocab_size))
+        drafter = Drafter(config, vocab).attach(target.embedding.weight, target.lm_head_weight)
+        drafter.eval()
+    prompts = "/tmp/bench_real_prompts.jsonl"
+    with open(prompts, "w") as fh:
+        for i in range(BATCH):
+            row = Prompt(f"p{i}", "chat", f"Write a short story about the number {i}.")
+            fh.write(json.dumps(row.__dict__) + "\n")
+    trace = f"synthetic:rate=1000,n={BATCH},output={args.tokens},sigma=0"
+    spec = RunSpec(trace=trace, profile=PROFILE, policy=args.policy, max_seqs=BATCH)
+    holder: dict[str, Timed] = {}
+
+    def make(*a, **k):
+        holder["b"] = Timed(*a, **k)
+        return holder["b"]
+
+    load_before = os.getloadavg()
+    spent: list[float] = []
+    time_engine_steps(spent)
+    run = run_real(spec, target, drafter, prompts, "profile", args.tokens, make_backend=make)
+    b = holder["b"]
+    engine = sum(spent) - sum(b.backend_s.values())
+    steps = run.result.summary["steps"]
+    full = [s for s, r in b.running.items() if r == BATCH]
+    forward_16 = np.mean([b.forward_s[s] for s in full])
+    bookkeeping_16 = np.mean([b.backend_s[s] - b.forward_s[s] for s in full])
+    result = {
+        "target": args.target,
+        "threads": torch.get_num_threads(),
+        "policy": args.policy,
+        "steps": steps,
+        "steps_at_batch_16": len(full),
+        "engine_ms_per_step": 1e3 * engine / steps,
+        "forward_ms_per_step_at_16": 1e3 * forward_16,
+        "backend_bookkeeping_ms_per_step_at_16": 1e3 * bookkeeping_16,
+        "engine_over_forward": engine / steps / forward_16,
+        "backend_bookkeeping_over_forward": bookkeeping_16 / forward_16,
+        "accepted_length_mean": run.result.summary["accepted_length_mean"],
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

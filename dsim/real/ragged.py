@@ -1,0 +1,163 @@
+"""One target forward pass over a ragged batch, with a KV cache per request.
+
+Continuous batching changes the running set every step and each request verifies its own
+number of tokens, so the pass is *flattened*: every request's query tokens sit side by side in
+one row of B tokens (B = sum of 1 + l_r), and the linear layers (almost all of the work) see
+exactly B tokens, no padding. Only attention is per request: a custom transformers attention
+function writes the new keys and values into each request's slot of a KV pool, then runs ONE
+batched attention per layer over the slots, queries padded to the widest block and a mask that
+gives query i of request r the keys 0..len_r + i. Trimming after a rejection is lowering the
+request's committed length: the rejected slots are overwritten by its next pass.
+
+Request r's cache holds every token before its anchor (the last emitted token, whose keys the
+next pass computes): `lengths[r] == prompt + generated - 1` between rounds.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION = "dsim_ragged"
+
+
+class KVPool:
+    """Keys and values of all live requests: (layers, 2, slots, kv_heads, capacity, head_dim).
+
+    A request takes the lowest free slot, so the running batch covers a compact slot range
+    and attention reads the pool in place. Slots and capacity grow (by copying) on demand.
+    """
+
+    def __init__(self, config, dtype: torch.dtype) -> None:
+        self.layers = int(config.num_hidden_layers)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.head_dim = int(
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        self.kv = torch.empty(self.layers, 2, 0, self.kv_heads, 0, self.head_dim, dtype=dtype)
+        self.slot: dict[int, int] = {}
+        self.lengths: dict[int, int] = {}
+
+    def open(self, rid: int, capacity: int) -> None:
+        """An empty cache for request `rid` that can hold `capacity` tokens."""
+        taken = set(self.slot.values())
+        slot = next(s for s in range(len(taken) + 1) if s not in taken)
+        self._grow(slot + 1, capacity)
+        self.slot[rid], self.lengths[rid] = slot, 0
+
+    def drop(self, rid: int) -> None:
+        self.slot.pop(rid, None)
+        self.lengths.pop(rid, None)
+
+    def commit(self, rid: int, tokens: int) -> None:
+        """Keep the first `tokens` positions written by the last pass (the rest are rejected)."""
+        self.lengths[rid] += tokens
+
+    def _grow(self, slots: int, capacity: int) -> None:
+        old = self.kv
+        if slots <= old.shape[2] and capacity <= old.shape[4]:
+            return
+        shape = list(old.shape)
+        shape[2] = max(slots, 2 * old.shape[2]) if slots > old.shape[2] else old.shape[2]
+        shape[4] = max(capacity, old.shape[4])
+        # Zeros, not empty: padded attention reads (with weight 0) past a short request's
+        # cache, and 0 * NaN from uninitialised memory would poison its row.
+        self.kv = torch.zeros(shape, dtype=old.dtype)
+        self.kv[:, :, : old.shape[2], :, : old.shape[4]] = old
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each flattened token lives: its slot and cache position, and its (row, column)
+    in the padded per-slot query block that attention runs on."""
+
+    pool: KVPool
+    slot: torch.Tensor  # (B,) slot of each token
+    position: torch.Tensor  # (B,) cache position of each token
+    row: torch.Tensor  # (B,) slot - first slot of the batch
+    column: torch.Tensor  # (B,) index within its request's block
+    first: int  # first slot of the batch's slot range
+    rows: int  # slots in the range
+    width: int  # widest block
+    keys: int  # longest cache + block
+    mask: torch.Tensor  # (rows, 1, width, keys) bool
+
+
+def _ragged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+    """Write the new keys/values into the pool, attend once over the batch's slot range."""
+    lay: Layout = kw["layout"]
+    kv = lay.pool.kv[module.layer_idx]
+    kv[0][lay.slot, :, lay.position] = key[0].transpose(0, 1)
+    kv[1][lay.slot, :, lay.position] = value[0].transpose(0, 1)
+    span = slice(lay.first, lay.first + lay.rows)
+    q = query.new_zeros(lay.rows, query.shape[1], lay.width, query.shape[3])
+    q[lay.row, :, lay.column] = query[0].transpose(0, 1)
+    out = F.scaled_dot_product_attention(
+        q,
+        kv[0][span, :, : lay.keys],
+        kv[1][span, :, : lay.keys],
+        attn_mask=lay.mask,
+        scale=scaling,
+        enable_gqa=True,
+    )
+    return out[lay.row, :, lay.column][None], None
+
+
+@contextmanager
+def _attention_swapped(config):
+    from transformers import AttentionInterface
+
+    if ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTENTION, _ragged_attention)
+    before = config._attn_implementation
+    config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+class RaggedTarget:
+    """The target's body run over ragged per-request token blocks, with per-request caches."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.store = KVPool(target.model.config, target.lm_head_weight.dtype)
+
+    def layout(self, rids: list[int], counts: list[int]) -> Layout:
+        store = self.store
+        n = torch.tensor(counts)
+        slots = torch.tensor([store.slot[r] for r in rids])
+        cached = torch.tensor([store.lengths[r] for r in rids])
+        starts = torch.cumsum(n, 0) - n
+        column = torch.arange(int(n.sum())) - starts.repeat_interleave(n)
+        slot = slots.repeat_interleave(n)
+        position = cached.repeat_interleave(n) + column
+        first = int(slots.min())
+        row = slot - first
+        rows, width = int(slots.max()) - first + 1, int(n.max())
+        keys = int((cached + n).max())
+        # Query (row, i) may read keys 0..limit; padding (and slots outside the batch) reads
+        # key 0 only: never an empty softmax, and their outputs are never read.
+        limit = torch.zeros(rows, width, dtype=torch.long)
+        limit[row, column] = position
+        mask = (torch.arange(keys) <= limit[:, :, None])[:, None]
+        return Layout(store, slot, position, row, column, first, rows, width, keys, mask)
+
+    def forward(self, rids: list[int], blocks: list[list[int]]) -> torch.Tensor:
+        """Final (normed) hidden states (B, H) of every token of `blocks`, request by request,
+        appended after each request's committed cache; `store.commit` keeps a prefix."""
+        lay = self.layout(rids, [len(b) for b in blocks])
+        ids = torch.tensor([[t for b in blocks for t in b]], dtype=torch.long)
+        with _attention_swapped(self.target.model.config), torch.inference_mode():
+            out = self.target.model.model(
+                input_ids=ids, position_ids=lay.position[None], use_cache=False, layout=lay
+            )
+        return out.last_hidden_state[0]
+
+    def probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's next-token distribution (temperature 1) at each hidden state."""
+        return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)

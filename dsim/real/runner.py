@@ -1,0 +1,120 @@
+"""`dsim run --real`: the simulator's engine and policies driving real forward passes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dsim.acceptance.calibration import parse_temperatures, read_calibration
+from dsim.acceptance.replay import RAW
+from dsim.errors import InputError
+from dsim.fileio import atomic_path
+from dsim.hardware.latency import profile_metadata
+from dsim.models.data import read_prompt_file
+from dsim.policies import Oracle, parse_policy
+from dsim.real.backend import RealBackend
+from dsim.real.workload import real_workload
+from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run
+
+CLOCKS = ("profile", "wall")
+
+
+@dataclass
+class RealRun:
+    result: RunResult
+    spec: RunSpec  # with the drafter's gamma
+    texts: list[dict]  # per request: request_id, prompt_id, domain, output_tokens, text
+    backend: RealBackend
+
+
+def load_models(target: str, drafter: str | Path | None):
+    """The target (`dsim.models.target.load_target` spelling) and, if given, its drafter."""
+    from dsim.models.checkpoint import load_drafter
+    from dsim.models.target import load_target
+
+    model = load_target(target)
+    return model, (None if drafter is None else load_drafter(drafter, model))
+
+
+def profile_threads(profile: str | Path) -> int | None:
+    """The torch thread count the profile was measured with (its sidecar), if it says."""
+    threads = profile_metadata(profile).get("threads")
+    return int(threads) if threads else None
+
+
+def check_options(spec: RunSpec, clock: str, has_drafter: bool):
+    """Reject what real mode cannot do before any model is loaded; returns the policy."""
+    if clock not in CLOCKS:
+        raise InputError(None, None, f"--clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    policy = parse_policy(spec.policy, spec.sla_tps)
+    if isinstance(policy, Oracle):
+        raise InputError(
+            None,
+            None,
+            "policy oracle needs each request's accepted prefix before verifying, which only "
+            "a simulation knows; it cannot run with --real",
+        )
+    if policy.drafts and not has_drafter:
+        raise InputError(None, None, f"policy {spec.policy!r} drafts: --drafter is required")
+    return policy
+
+
+def run_real(
+    spec: RunSpec,
+    target,
+    drafter,
+    prompts: str | Path,
+    clock: str = "profile",
+    max_new_tokens: int = 128,
+    greedy: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    make_backend: Callable[..., RealBackend] = RealBackend,
+) -> RealRun:
+    """Serve `spec`'s arrivals with real prompts, drafter and target under `spec.policy`.
+
+    `clock` "profile" advances time by the profile's latency for each real batch
+    (deterministic); "wall" by the measured time of the step's passes. `spec.calibration` (an
+    STS calibration JSON) calibrates the drafter's confidences before the policy sees them.
+    `make_backend` builds the backend (tests and benchmarks wrap it to observe rounds).
+    """
+    policy = check_options(spec, clock, drafter is not None)
+    if drafter is not None:
+        spec = replace(spec, gamma=drafter.gamma)
+    temperatures = None
+    if spec.calibration not in (None, RAW):
+        where = spec.calibration
+        temperatures = parse_temperatures(read_calibration(where), where, spec.gamma)
+    work = real_workload(
+        load_spec_workload(spec), read_prompt_file(prompts), target, max_new_tokens
+    )
+    backend = make_backend(
+        target,
+        drafter if policy.drafts else None,
+        work.token_ids,
+        work.workload.output_tokens,
+        seed=spec.seed,
+        greedy=greedy,
+        gamma=spec.gamma,
+        temperatures=temperatures,
+    )
+    result = run_engine(spec, work.workload, backend, clock, progress)
+    texts = [
+        {
+            "request_id": i,
+            "prompt_id": p.id,
+            "domain": p.domain,
+            "output_tokens": len(out),
+            "text": target.decode(out),
+        }
+        for i, (p, out) in enumerate(zip(work.prompts, backend.outputs, strict=True))
+    ]
+    return RealRun(result, spec, texts, backend)
+
+
+def write_real_run(run: RealRun, out: str | Path) -> None:
+    """What `dsim run` writes, plus texts.jsonl (one generated text per request)."""
+    write_run(run.result, run.spec, out)
+    with atomic_path(Path(out) / "texts.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts))

@@ -1,0 +1,292 @@
+"""Real-model mode on the tiny target: end to end, token conservation, KV trimming, and exactness
+against plain decoding of the target."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import write_flat_profile
+
+from dsim.cli import main
+from dsim.errors import InputError
+from dsim.models.checkpoint import save_drafter
+from dsim.models.drafters import Draft, Drafter, DrafterConfig
+from dsim.models.target import tiny_target
+from dsim.real.backend import RealBackend
+from dsim.real.runner import run_real
+from dsim.run import RunSpec
+
+CAP = 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny passes are dominated by thread hand-offs: one thread is 30x faster here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target()
+
+
+def untrained_drafter(target, kind: str = "markov", gamma: int = 4) -> Drafter:
+    torch.manual_seed(1)
+    config = DrafterConfig.default(kind, gamma, target.hidden_size, width=32)
+    drafter = Drafter(config, torch.arange(300))
+    return drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
+
+
+@pytest.fixture
+def files(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [{"id": f"p{i}", "domain": "chat", "prompt": f"question {i}: why?"} for i in range(3)]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return prompts, write_flat_profile(tmp_path / "profile.csv", 5.0)
+
+
+def spec(profile, policy: str, n: int = 3, **kw) -> RunSpec:
+    trace = f"synthetic:rate=20,n={n},output={CAP},sigma=0"
+    return RunSpec(trace=trace, profile=str(profile), policy=policy, draft_cost="0", **kw)
+
+
+class PerfectDrafter:
+    """Drafts exactly what the target would emit: its argmax (greedy) or a sample from it, with
+    the target's own distribution as the draft distribution. Reads the backend's histories."""
+
+    def __init__(self, target, gamma: int) -> None:
+        self.target, self.gamma = target, gamma
+        self.backend: RealBackend | None = None
+
+    def draft(self, hidden, anchor, generator, greedy):
+        tokens, probs = [], []
+        for r in self.backend.drafting:
+            seq, row_t, row_p = self.backend.history(int(r)), [], []
+            for _ in range(self.gamma):
+                p = next_probs(self.target, seq)
+                t = int(p.argmax()) if greedy else int(torch.multinomial(p, 1, generator=generator))
+                seq, _ = [*seq, t], row_t.append(t)
+                row_p.append(p)
+            tokens.append(row_t)
+            probs.append(torch.stack(row_p))
+        n = len(tokens)
+        return Draft(torch.tensor(tokens), torch.stack(probs), torch.full((n, self.gamma), 0.9))
+
+    def full_vocab(self, probs, vocab_size):
+        return probs
+
+    def attach(self, *args, **kwargs) -> RealBackend:
+        """Build the run's backend and read histories from it."""
+        self.backend = RealBackend(*args, **kwargs)
+        return self.backend
+
+
+def next_probs(target, seq: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = target.model(input_ids=torch.tensor([seq])).logits[0, -1]
+    return torch.softmax(logits, -1)
+
+
+def greedy_reference(target, prompt: list[int], cap: int) -> list[int]:
+    out: list[int] = []
+    while len(out) < cap and (not out or out[-1] != target.eos_id):
+        out.append(int(next_probs(target, prompt + out).argmax()))
+    return out
+
+
+def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
+    prompts, profile = files
+    ckpt = tmp_path / "drafter.pt"
+    save_drafter(ckpt, untrained_drafter(target), target.fingerprint, {})
+    out = tmp_path / "run"
+    argv = ["dsim", "run", "--real", "--target", "tiny", "--drafter", str(ckpt)]
+    argv += ["--prompts", str(prompts), "--profile", str(profile), "--policy", "dspark"]
+    argv += ["--trace", f"synthetic:rate=20,n=3,output={CAP},sigma=0", "--max-new-tokens", "12"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--no-progress"])
+    main()
+    assert {p.name for p in out.iterdir()} == {"requests.parquet", "summary.json", "texts.jsonl"}
+    requests = pd.read_parquet(out / "requests.parquet")
+    texts = [json.loads(line) for line in (out / "texts.jsonl").read_text().splitlines()]
+    assert [t["output_tokens"] for t in texts] == requests["output_tokens"].tolist()
+    assert (requests["output_tokens"] <= 12).all() and (requests["output_tokens"] >= 1).all()
+    assert json.loads((out / "summary.json").read_text())["spec"]["gamma"] == 4
+    assert "throughput" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy", ["ar", "mtp1", "fixed:3", "dspark", "dspark-async"])
+def test_tokens_conserved_and_kv_trimmed(files, target, policy):
+    """After every round a request's cache holds prompt + generated - 1 tokens (all but the
+    anchor), and the engine's token counts equal the tokens the backend produced."""
+    prompts, profile = files
+    seen = []
+
+    class Checked(RealBackend):
+        def verify(self, idx, lengths, truth):
+            accepted, stop = super().verify(idx, lengths, truth)
+            for r in idx:
+                r = int(r)
+                if self.outputs[r][-1] != self.target.eos_id and len(self.outputs[r]) < CAP:
+                    seen.append(self.cache_length(r) - len(self.history(r)) + 1)
+            return accepted, stop
+
+    drafter = untrained_drafter(target)
+    run = run_real(
+        spec(profile, policy), target, drafter, prompts, max_new_tokens=CAP, make_backend=Checked
+    )
+    req = run.result.requests
+    assert req["output_tokens"].tolist() == [len(o) for o in run.backend.outputs]
+    for out, n in zip(run.backend.outputs, req["output_tokens"], strict=True):
+        assert n == CAP or out[-1] == target.eos_id  # ends at the cap or at end-of-sequence
+        assert target.eos_id not in out[:-1]
+    assert seen and set(seen) == {0}
+    assert (req["accepted_drafts"] <= req["verified_drafts"]).all()
+    assert run.backend.passes.store.lengths == {}  # every cache released
+
+
+@pytest.mark.parametrize("policy", ["fixed:3", "dspark"])
+def test_greedy_with_perfect_drafter_equals_greedy_decoding(files, target, policy):
+    prompts, profile = files
+    drafter = PerfectDrafter(target, gamma=3)
+    run = run_real(
+        spec(profile, policy),
+        target,
+        drafter,
+        prompts,
+        max_new_tokens=CAP,
+        greedy=True,
+        make_backend=drafter.attach,
+    )
+    for r, out in enumerate(run.backend.outputs):
+        assert out == greedy_reference(target, run.backend.prompts[r], CAP)
+    req = run.result.requests
+    assert (req["verified_drafts"] > 0).any()
+    # every verified draft is accepted, except drafts past an end-of-sequence token
+    ended = np.array([o[-1] == target.eos_id for o in run.backend.outputs])
+    full = req["accepted_drafts"] == req["verified_drafts"]
+    assert (full | ended).all()
+
+
+def test_sampling_with_perfect_drafter_accepts_everything(files, target):
+    """A draft distribution equal to the target's is never rejected (rejection sampling)."""
+    prompts, profile = files
+    drafter = PerfectDrafter(target, gamma=2)
+    run = run_real(
+        spec(profile, "fixed:2"),
+        target,
+        drafter,
+        prompts,
+        max_new_tokens=CAP,
+        make_backend=drafter.attach,
+    )
+    req = run.result.requests
+    ended = np.array([o[-1] == target.eos_id for o in run.backend.outputs])
+    assert ((req["accepted_drafts"] == req["verified_drafts"]) | ended).all()
+
+
+def test_wall_clock_runs(files, target):
+    prompts, profile = files
+    run = run_real(
+        spec(profile, "mtp1", n=2),
+        target,
+        untrained_drafter(target),
+        prompts,
+        clock="wall",
+        max_new_tokens=6,
+    )
+    assert (run.result.steps.latency_s > 0).all()
+    assert (run.result.requests["finish_s"] > run.result.requests["first_token_s"]).all()
+
+
+@pytest.mark.parametrize(
+    ("policy", "drafter", "message"),
+    [("oracle", True, "cannot run with --real"), ("dspark", False, "--drafter is required")],
+)
+def test_real_mode_refuses(files, target, policy, drafter, message):
+    prompts, profile = files
+    with pytest.raises(InputError, match=message):
+        run_real(
+            spec(profile, policy), target, untrained_drafter(target) if drafter else None, prompts
+        )
+
+
+def test_same_seed_same_texts(files, target):
+    prompts, profile = files
+    runs = [
+        run_real(
+            spec(profile, "dspark"), target, untrained_drafter(target), prompts, max_new_tokens=CAP
+        )
+        for _ in range(2)
+    ]
+    assert runs[0].texts == runs[1].texts
+    pd.testing.assert_frame_equal(runs[0].result.requests, runs[1].result.requests)
+
+
+def test_calibration_temperatures_reach_the_policy(target):
+    """With STS temperatures the policy sees sigmoid(logit(c) / T), not the raw c."""
+    drafter, temps = untrained_drafter(target), np.array([0.5, 1.0, 2.0, 4.0])
+    confs = []
+    for t in (None, temps):
+        backend = RealBackend(target, drafter, [[256, 10, 11]], np.array([8]), temperatures=t)
+        backend.bind(1, np.random.default_rng(0))
+        backend.prefilled(np.array([0]))
+        confs.append(backend.draw(np.array([0]), np.random.default_rng(0))[0])
+    from dsim.acceptance.calibration import apply_temperatures
+
+    np.testing.assert_allclose(confs[1], apply_temperatures(confs[0], temps))
+    assert not np.allclose(confs[0], confs[1])
+
+
+def test_ragged_pass_matches_plain_forward(target):
+    """Flattened blocks over per-request caches (a subset of slots, after a rejected tail)
+    give the hidden states of running each whole sequence through the target at once."""
+    from dsim.real.ragged import RaggedTarget
+
+    seqs = {0: [256, 5, 6, 7, 8, 9], 1: [256, 1, 2, 3], 2: [256, 40, 41, 42, 43, 44, 45, 46]}
+    passes = RaggedTarget(target)
+    for r in seqs:
+        passes.store.open(r, 16)
+    first = passes.forward([2, 0, 1], [seqs[2][:5], seqs[0][:3], seqs[1][:2]])
+    for r, n in ((2, 5), (0, 3), (1, 2)):
+        passes.store.commit(r, n)
+    # request 1 (the middle slot) sits out; request 0 gets a tail that is then rejected
+    second = passes.forward([0, 2], [[*seqs[0][3:], 99, 98], seqs[2][5:]])
+    passes.store.commit(0, 3)
+    passes.store.commit(2, 3)
+    third = passes.forward([1, 0], [seqs[1][2:], [10]])
+    got = {
+        0: torch.cat([first[5:8], second[:3], third[2:]]),
+        1: torch.cat([first[8:], third[:2]]),
+        2: torch.cat([first[:5], second[5:]]),
+    }
+    seqs[0] = [*seqs[0], 10]
+    for r, seq in seqs.items():
+        with torch.no_grad():
+            full = target.model.model(input_ids=torch.tensor([seq])).last_hidden_state[0]
+        torch.testing.assert_close(got[r], full, atol=1e-5, rtol=1e-5)
+
+
+def test_preempted_requests_recompute_exactly(files, target):
+    """A KV budget too small for all requests forces preemption by recompute: the re-prefill
+    of prompt + generated tokens continues the same greedy text."""
+    prompts, profile = files
+    drafter = PerfectDrafter(target, gamma=3)
+    run = run_real(
+        spec(profile, "fixed:3", kv_tokens=64),
+        target,
+        drafter,
+        prompts,
+        max_new_tokens=CAP,
+        greedy=True,
+        make_backend=drafter.attach,
+    )
+    assert run.result.summary["preemptions"] > 0
+    for r, out in enumerate(run.backend.outputs):
+        assert out == greedy_reference(target, run.backend.prompts[r], CAP)

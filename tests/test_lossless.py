@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
+from toy_spec import chain, joint_pvalue, speculative_decode
 
 from dsim.models.sampling import verify
 from dsim.policies import _candidates, _to_lengths, global_capacity, parse_policy
@@ -20,13 +20,7 @@ V, GAMMA, OUT_LEN, N_SEQ, BATCH = 4, 3, 3, 24000, 2
 CONF = np.array([0.95, 0.15, 0.8, 0.5, 0.9])
 
 
-def _chain(seed: int, sharp: float) -> torch.Tensor:
-    """A Markov chain over the toy vocabulary: probs[prev, next] (row V is the start state)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.softmax(sharp * torch.randn(V + 1, V, generator=g, dtype=torch.float64), -1)
-
-
-TARGET, DRAFT = _chain(1, 1.5), _chain(2, 1.5)
+TARGET, DRAFT = chain(V, 1, 1.5), chain(V, 2, 1.5)
 
 
 def concave(batch_tokens):
@@ -49,63 +43,20 @@ def global_search(conf, sps_fn, truth=None):
 
 def decode(policy: str, sps, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Speculative decoding of N_SEQ sequences in batches of BATCH until each has OUT_LEN
-    tokens; returns the tokens and the verify lengths chosen in the first round."""
+    tokens, each batch scheduled by its own policy object (dspark-async keeps state); returns
+    the tokens and the verify lengths chosen in the first round."""
     n_batches = N_SEQ // BATCH
     if policy == "global":
-        policies = [None] * n_batches
+        choose = [lambda conf: global_search(conf, sps)] * n_batches
     else:
-        policies = [parse_policy(policy) for _ in range(n_batches)]  # per-batch state (async)
-    g = torch.Generator().manual_seed(seed)
-    out = torch.full((N_SEQ, OUT_LEN + GAMMA + 1), -1, dtype=torch.long)
-    filled = torch.zeros(N_SEQ, dtype=torch.long)
-    prev = torch.full((N_SEQ,), V, dtype=torch.long)
-    rows, first_lengths = torch.arange(N_SEQ), None
-    while bool((filled < OUT_LEN).any()):
-        tokens, q_probs, p_probs, confs, state = [], [], [], [], prev
-        for _ in range(GAMMA):
-            confs.append(CONF[state.numpy()])
-            q_probs.append(DRAFT[state])
-            p_probs.append(TARGET[state])
-            state = torch.multinomial(DRAFT[state], 1, generator=g).squeeze(1)
-            tokens.append(state)
-        p_probs.append(TARGET[state])
-        conf = np.stack(confs, 1)
-        lengths = np.concatenate(
-            [
-                global_search(conf[i * BATCH : (i + 1) * BATCH], sps)
-                if p is None
-                else p.lengths(conf[i * BATCH : (i + 1) * BATCH], sps, None)
-                for i, p in enumerate(policies)
-            ]
-        )
-        first_lengths = lengths if first_lengths is None else first_lengths
-        drafts = torch.stack(tokens, 1)
-        verdict = verify(
-            drafts,
-            torch.stack(q_probs, 1),
-            torch.stack(p_probs, 1),
-            torch.as_tensor(lengths),
-            generator=g,
-        )
-        active = filled < OUT_LEN
-        for k in range(GAMMA + 1):
-            emit = torch.where(k < verdict.accepted, drafts[:, min(k, GAMMA - 1)], -1)
-            emit = torch.where(k == verdict.accepted, verdict.next_token, emit)
-            keep = (emit >= 0) & active
-            out[rows[keep], filled[keep] + k] = emit[keep]
-        filled += torch.where(active, verdict.accepted + 1, 0)
-        prev = verdict.next_token
-    return out[:, :OUT_LEN].numpy(), first_lengths
+        policies = [parse_policy(policy) for _ in range(n_batches)]
+        choose = [lambda conf, p=p: p.lengths(conf, sps, None) for p in policies]
 
+    def lengths_for(states: np.ndarray) -> np.ndarray:
+        conf = CONF[states]  # the confidence of each draft depends on the token before it
+        return np.concatenate([f(conf[i * BATCH : (i + 1) * BATCH]) for i, f in enumerate(choose)])
 
-def joint_pvalue(out: np.ndarray) -> float:
-    """Chi-square p-value of the first OUT_LEN tokens against the target's joint distribution."""
-    cells = out[:, 0] * V * V + out[:, 1] * V + out[:, 2]
-    observed = np.bincount(cells, minlength=V**3)
-    t = TARGET.numpy()
-    a, b, c = np.meshgrid(np.arange(V), np.arange(V), np.arange(V), indexing="ij")
-    expected = (t[V, a] * t[a, b] * t[b, c]).ravel() * len(out)
-    return float(chisquare(observed, expected).pvalue)
+    return speculative_decode(TARGET, DRAFT, lengths_for, N_SEQ, OUT_LEN, GAMMA, seed)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -114,14 +65,14 @@ def test_policies_are_lossless(policy: str, profile: str) -> None:
     out, lengths = decode(policy, PROFILES[profile], seed=3)
     if policy not in ("ar", "fixed:2"):  # the test means something only if lengths vary
         assert len(np.unique(lengths)) >= 2
-    assert joint_pvalue(out) > 1e-3
+    assert joint_pvalue(out, TARGET) > 1e-3
 
 
 def test_global_search_without_early_stop_is_biased() -> None:
     """The same test catches the flawed variant under the cliff profile: it has power."""
     out, lengths = decode("global", CLIFF, seed=3)
     assert len(np.unique(lengths)) >= 3
-    assert joint_pvalue(out) < 1e-6
+    assert joint_pvalue(out, TARGET) < 1e-6
 
 
 # -- DESIGN.md 2 worked case --------------------------------------------------------------------

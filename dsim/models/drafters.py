@@ -187,3 +187,22 @@ class Drafter(nn.Module):
 
 def config_dict(config: DrafterConfig) -> dict:
     return asdict(config)
+
+
+def time_draft(drafter: Drafter, hidden_size: int, batch: int, repeats: int, seed: int = 0):
+    """Wall times (seconds) of `repeats` batched draft() calls on random anchors, after one
+    warm-up call: the drafter's per-round cost at `batch` sequences."""
+    import time
+
+    import numpy as np
+
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, hidden_size, generator=gen)
+    anchor = torch.randint(0, 256, (batch,), generator=gen)
+    drafter.draft(hidden, anchor, gen)
+    times = np.empty(repeats)
+    for i in range(repeats):
+        start = time.perf_counter()
+        drafter.draft(hidden, anchor, gen)
+        times[i] = time.perf_counter() - start
+    return times

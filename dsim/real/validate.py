@@ -15,7 +15,6 @@ and repeats the trace simulation clocked by the latter.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,18 +63,12 @@ def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.
     drafter profile (batch_tokens = R, one context: the drafter reads no KV cache)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
+    from dsim.models.drafters import time_draft
+
     rows = []
     for r in DRAFTER_BATCHES:
-        hidden = torch.randn(r, target.hidden_size, generator=gen)
-        anchor = torch.randint(0, 256, (r,), generator=gen)
-        drafter.draft(hidden, anchor, gen)  # warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            drafter.draft(hidden, anchor, gen)
-            times.append(time.perf_counter() - start)
-        p10, p50, p90 = np.percentile(np.array(times) * 1e3, [10, 50, 90])
+        times = time_draft(drafter, target.hidden_size, r, repeats)
+        p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
         rows.append((r, 0, p50, r, p10, p90))
     cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
     df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])

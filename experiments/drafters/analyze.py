@@ -98,6 +98,7 @@ def drafter_latency(kinds: list[str], reps: int = 30) -> pd.DataFrame:
     import torch
 
     from dsim.models.checkpoint import load_drafter
+    from dsim.models.drafters import time_draft
     from dsim.models.target import load_target
 
     torch.set_num_threads(1)
@@ -105,16 +106,8 @@ def drafter_latency(kinds: list[str], reps: int = 30) -> pd.DataFrame:
     rows = []
     for kind in kinds:
         drafter = load_drafter(REPO / "drafters" / f"{kind}.pt", target)
-        gen = torch.Generator().manual_seed(0)
         for batch in (1, 16):
-            hidden = torch.randn(batch, target.hidden_size, generator=gen)
-            anchor = torch.randint(0, 1000, (batch,), generator=gen)
-            drafter.draft(hidden, anchor, gen)  # warm-up
-            times = []
-            for _ in range(reps):
-                start = time.perf_counter()
-                drafter.draft(hidden, anchor, gen)
-                times.append(time.perf_counter() - start)
+            times = time_draft(drafter, target.hidden_size, batch, reps)
             rows.append(
                 {
                     "drafter": kind,

@@ -181,3 +181,26 @@ def test_synthetic_gamma_arrivals_are_bursty():
     w = synthetic("synthetic:rate=10,n=20000,prompt=500,output=100,sigma=0.5", seed=0)
     assert w.prompt_tokens.mean() == pytest.approx(500, rel=0.03)
     assert len(w) / w.arrival_s[-1] == pytest.approx(10, rel=0.03)
+
+
+def test_backend_stop_flag_ends_a_request_early(tmp_path, flat):
+    """A backend's end-of-sequence flag ends a request before its cap; counts stay exact."""
+    from dsim.acceptance.sources import parse_acceptance
+    from dsim.engine.backend import Simulated
+    from dsim.run import run_engine
+    from dsim.workload import Workload
+
+    class StopsRequestZeroInRoundTwo(Simulated):
+        rounds = 0
+
+        def verify(self, idx, lengths, truth):
+            acc, _ = super().verify(idx, lengths, truth)
+            self.rounds += 1
+            return acc, (idx == 0) & (self.rounds == 2)
+
+    workload = Workload(np.zeros(2), np.array([10, 10]), np.array([40, 40]), "test")
+    backend = StopsRequestZeroInRoundTwo(parse_acceptance("iid:1.0", 3))
+    spec = RunSpec(profile=flat, policy="fixed:3", gamma=3, draft_cost="0")
+    req = run_engine(spec, workload, backend).requests
+    assert req["output_tokens"].tolist() == [1 + 2 * 4, 40]  # prefill token + two 4-token rounds
+    assert req["rounds"].tolist() == [2, 10]

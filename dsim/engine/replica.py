@@ -135,7 +135,7 @@ class Replica:
         b = self.batch
         ids = b[rows, ID]
         self.counters[ids] = b[rows][:, COUNTERS]
-        self.generated[ids] = self.w.output_tokens[ids] - b[rows, LEFT]
+        self.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
         self.batch = b[~rows]
         self.backend.released(ids)

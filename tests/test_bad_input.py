@@ -14,11 +14,32 @@ ROW1 = "2023-11-16 18:15:46.6805900,374,44\n"
 ROW2 = "2023-11-16 18:15:50.9951690,396,109\n"
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["dsim", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    return exc.value.code, capsys.readouterr().err
+@pytest.fixture
+def rejected(monkeypatch, capsys, tmp_path):
+    """Run `dsim run` (on a small synthetic trace unless `args` give another) and check the
+    bad-input contract: exit 2, one line on stderr, no output directory. Returns the line."""
+
+    def run(*args: str) -> str:
+        out = tmp_path / "o"
+        argv = [
+            "dsim",
+            "run",
+            "--trace",
+            "synthetic:n=5",
+            *args,
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exc:
+            main()
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1
+        assert not out.exists()
+        return err
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -51,22 +72,11 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
         "bad-time",
     ],
 )
-def test_bad_trace(monkeypatch, capsys, tmp_path, content, expected):
+def test_bad_trace(rejected, tmp_path, content, expected):
     trace = tmp_path / "trace.csv"
     trace.write_text(content)
-    code, err = run_cli(
-        monkeypatch,
-        capsys,
-        "run",
-        "--trace",
-        str(trace),
-        "--out",
-        str(tmp_path / "o"),
-        "--no-progress",
-    )
-    assert code == 2
-    assert err.count("\n") == 1 and str(trace) in err and expected in err
-    assert not (tmp_path / "o").exists()
+    err = rejected("--trace", str(trace))
+    assert str(trace) in err and expected in err
 
 
 @pytest.mark.parametrize(
@@ -77,24 +87,11 @@ def test_bad_trace(monkeypatch, capsys, tmp_path, content, expected):
         ("1,0,5\n4,0,-1\n", "row 2: column 'latency_ms': must be positive"),
     ],
 )
-def test_bad_profile(monkeypatch, capsys, tmp_path, rows, expected):
+def test_bad_profile(rejected, tmp_path, rows, expected):
     profile = tmp_path / "p.csv"
     profile.write_text("batch_tokens,context_len,latency_ms\n" + rows)
-    code, err = run_cli(
-        monkeypatch,
-        capsys,
-        "run",
-        "--trace",
-        "synthetic:n=5",
-        "--profile",
-        str(profile),
-        "--out",
-        str(tmp_path / "o"),
-        "--no-progress",
-    )
-    assert code == 2 and err.count("\n") == 1
+    err = rejected("--profile", str(profile))
     assert str(profile) in err and expected in err
-    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(
@@ -108,38 +105,21 @@ def test_bad_profile(monkeypatch, capsys, tmp_path, rows, expected):
         ("--trace", "synthetic:rate=0", "values must be positive"),
     ],
 )
-def test_bad_options(monkeypatch, capsys, tmp_path, option, value, expected):
-    code, err = run_cli(
-        monkeypatch,
-        capsys,
-        "run",
-        "--trace",
-        "synthetic:n=5",
-        option,
-        value,
-        "--out",
-        str(tmp_path / "o"),
-        "--no-progress",
-    )
-    assert code == 2 and err.count("\n") == 1 and expected in err
-    assert not (tmp_path / "o").exists()
+def test_bad_options(rejected, option, value, expected):
+    assert expected in rejected(option, value)
 
 
-def test_request_larger_than_kv_cache(monkeypatch, capsys, tmp_path):
+def test_request_larger_than_kv_cache(rejected, tmp_path):
     profile = write_flat_profile(tmp_path / "p.csv", 5.0)
-    code, err = run_cli(
-        monkeypatch,
-        capsys,
-        "run",
+    err = rejected(
         "--trace",
         "synthetic:n=5,prompt=5000,sigma=0",
         "--profile",
         str(profile),
         "--kv-tokens",
         "1000",
-        "--no-progress",
     )
-    assert code == 2 and "row 1: request needs" in err
+    assert "row 1: request needs" in err
 
 
 def test_good_run_writes_outputs(monkeypatch, capsys, tmp_path):

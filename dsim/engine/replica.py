@@ -118,7 +118,7 @@ class Replica:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
         while len(self.batch):
             b = self.batch
-            need = (b[:, CTX] + (self.lookahead + self.cfg.block_size - 1)) // self.cfg.block_size
+            need = self._blocks_for(b[:, CTX] + self.lookahead)
             grow = int(need.sum() - b[:, BLOCKS].sum())
             if self.used_blocks + grow <= self.cfg.kv_blocks:
                 b[:, BLOCKS] = need
@@ -179,8 +179,12 @@ class Replica:
             )
             acc, stop = self.backend.verify(ids, lengths, truth)
             batch_tokens += r + int(lengths.sum())
-        done = [e[0] for e, t in zip(prefill, takes, strict=True) if e[1] == t]
-        first_stop = self.backend.prefilled(np.array(done, np.int64)) if done else None
+        completing = [e for e, t in zip(prefill, takes, strict=True) if e[1] == t]
+        first_stop = (
+            self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
+            if completing
+            else None
+        )
         if self.wall_clock:
             step_s = time.perf_counter() - started
         else:
@@ -190,7 +194,7 @@ class Replica:
         def commit(end: float) -> None:
             if r:
                 self._commit_decode(lengths, acc, stop, end)
-            self._commit_prefill(takes, first_stop, end)
+            self._commit_prefill(takes, completing, first_stop, end)
 
         return step_s, commit
 
@@ -212,16 +216,17 @@ class Replica:
             self.finished += int(done.sum())
             self._leave(done)
 
-    def _commit_prefill(self, takes: list[int], stop: np.ndarray | None, end: float) -> None:
-        rows = []
+    def _commit_prefill(
+        self, takes: list[int], completing: list[list[int]], stop: np.ndarray | None, end: float
+    ) -> None:
         for entry, take in zip(self.prefilling, takes, strict=False):  # takes: a prefix
             entry[1] -= take
-            if entry[1] == 0:
-                rows.append(entry)
-        if not rows:
+        if not completing:
             return
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
-        for k, (i, _, blocks, order) in enumerate(rows):  # prefill emits a token (DESIGN.md 8)
+        for k, (i, _, blocks, order) in enumerate(
+            completing
+        ):  # prefill emits a token (DESIGN.md 8)
             self.generated[i] += 1
             if np.isnan(self.first_token[i]):
                 self.first_token[i] = end

@@ -1,4 +1,4 @@
-"""Per-request records -> the summary every tool compares (DESIGN.md 5)."""
+"""Per-request records -> the summary every tool compares (docs/design.md, Metrics)."""
 
 from __future__ import annotations
 

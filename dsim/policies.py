@@ -1,4 +1,4 @@
-"""Verification policies (DESIGN.md 2): each round, how many drafts each request verifies.
+"""Verification policies (docs/design.md, Verification policies and losslessness): each round, how many drafts each request verifies.
 
 A policy is an object with `lengths(conf, sps, truth) -> int array` where `conf` is the batch's
 R x gamma conditional confidences, `sps(B)` the steps per second of a round that verifies B tokens
@@ -74,7 +74,7 @@ def _sla_cut(
 
 
 def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
-    """Algorithm 1 (DESIGN.md 2): greedy admission by prefix survival with early stop.
+    """The dspark scheduler (docs/design.md, The dspark scheduler): greedy admission by prefix survival with early stop.
 
     Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
     improves; the first non-improvement stops the search (this keeps decoding lossless).
@@ -160,7 +160,7 @@ class DSparkAsync:
     times the current batch size gives this round's token budget K, which goes to the K
     candidates with the highest current survival. Until a capacity two rounds old exists (the
     first two rounds) it schedules like `dspark`: a global search on current confidences would
-    let the choice depend on the drafted tokens and bias the output (DESIGN.md 2).
+    let the choice depend on the drafted tokens and bias the output (docs/design.md, The losslessness rule).
     """
 
     name: str = "dspark-async"

@@ -44,7 +44,7 @@ class DraftCost:
 
 
 def parse_draft_cost(spec: str) -> DraftCost:
-    """`0`, `ratio:X` or the path of a drafter profile CSV (DESIGN.md 8)."""
+    """`0`, `ratio:X` or the path of a drafter profile CSV (docs/design.md, The step-time model)."""
     if spec.strip() == "0":
         return DraftCost()
     if spec.startswith("ratio:"):

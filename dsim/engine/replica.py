@@ -226,7 +226,7 @@ class Replica:
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
         for k, (i, _, blocks, order) in enumerate(
             completing
-        ):  # prefill emits a token (DESIGN.md 8)
+        ):  # prefill emits a token (docs/design.md, The replica step)
             self.generated[i] += 1
             if np.isnan(self.first_token[i]):
                 self.first_token[i] = end

@@ -1,4 +1,5 @@
-"""Step latency of the target from a hardware load profile (DESIGN.md 6 and 8).
+"""Step latency of the target from a hardware load profile (docs/design.md, The step-time model;
+Trace and profile formats).
 
 The profile gives median latency at measured (batch_tokens, context_len) points, where
 context_len is the KV context per sequence. The model interpolates linearly in batch tokens

@@ -1,4 +1,4 @@
-"""Analytic roofline estimate of the target step latency (DESIGN.md 6).
+"""Analytic roofline estimate of the target step latency (docs/design.md, The step-time model).
 
 latency = max(FLOPs / F, bytes / W) + overhead, where one step of B tokens over R sequences
 with C tokens of context each does FLOPs = 2*P*B + 4*L*H*d*B*C (weight matmuls plus attention
@@ -94,7 +94,7 @@ def roofline_profile(
     over = int(np.sum(DTYPE_BYTES * zoo.param_count(config) + kv_bytes > spec.memory_bytes))
     meta = {
         "estimate": True,
-        "method": "analytic roofline (DESIGN.md 6)",
+        "method": "analytic roofline (docs/design.md, The step-time model)",
         "formula": FORMULA,
         "gpu": gpu.lower(),
         "gpu_figures": {

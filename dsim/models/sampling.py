@@ -1,4 +1,4 @@
-"""Exact speculative sampling (DESIGN.md 1), batched over sequences.
+"""Exact speculative sampling (docs/design.md, The speculative-decoding round), batched over sequences.
 
 Each sequence tests its first `l_r` drafts left to right, keeping draft k with probability
 min(1, p_t(x_k) / p_d(x_k)); the first rejection ends the prefix. The target then emits one

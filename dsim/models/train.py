@@ -1,4 +1,4 @@
-"""Drafter training on the cached target hidden states (DESIGN.md 4 loss).
+"""Drafter training on the cached target hidden states (loss: docs/design.md, The drafter family).
 
 loss = sum_k w_k (0.1 CE_k + 0.9 TV_k + BCE(c_k, c*_k)) / sum_k w_k, w_k = exp(-(k-1)/gamma),
 with c*_k = sum_v min(p_d, p_t) the acceptance probability of draft k. Target probabilities on

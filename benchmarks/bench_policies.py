@@ -1,6 +1,7 @@
 """Scheduler cost per round: dspark_lengths for R = 256 requests, gamma = 7.
 
-Target: under 100 microseconds per call (the scheduler runs every round; docs/design.md, Verification policies and losslessness).
+Target: under 100 microseconds per call (the scheduler runs every round; docs/design.md,
+Verification policies and losslessness).
 Run: .venv/bin/python benchmarks/bench_policies.py
 """
 

@@ -1,4 +1,6 @@
-"""Verification policies (docs/design.md, Verification policies and losslessness): each round, how many drafts each request verifies.
+"""Verification policies: each round, how many drafts each request verifies.
+
+Definitions: docs/design.md, Verification policies and losslessness.
 
 A policy is an object with `lengths(conf, sps, truth) -> int array` where `conf` is the batch's
 R x gamma conditional confidences, `sps(B)` the steps per second of a round that verifies B tokens
@@ -74,7 +76,7 @@ def _sla_cut(
 
 
 def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
-    """The dspark scheduler (docs/design.md, The dspark scheduler): greedy admission by prefix survival with early stop.
+    """Greedy admission by prefix survival with early stop (docs/design.md, The dspark scheduler).
 
     Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
     improves; the first non-improvement stops the search (this keeps decoding lossless).
@@ -160,7 +162,8 @@ class DSparkAsync:
     times the current batch size gives this round's token budget K, which goes to the K
     candidates with the highest current survival. Until a capacity two rounds old exists (the
     first two rounds) it schedules like `dspark`: a global search on current confidences would
-    let the choice depend on the drafted tokens and bias the output (docs/design.md, The losslessness rule).
+    let the choice depend on the drafted tokens and bias the output (docs/design.md, The
+    losslessness rule).
     """
 
     name: str = "dspark-async"

@@ -1,4 +1,6 @@
-"""Losslessness of the verification policies (docs/design.md, The losslessness rule), with the real policy and sampling code.
+"""Losslessness of the verification policies, with the real policy and sampling code.
+
+The rule and its worked counterexample: docs/design.md, The losslessness rule.
 
 Speculative decoding is exact only if the decision to verify draft k depends on nothing but
 drafts 1..k-1. Confidences here depend on the drafted tokens (c_k is a function of x_{k-1}),
@@ -29,8 +31,9 @@ def concave(batch_tokens):
     return 1.0 / (1.0 + 0.12 * np.asarray(batch_tokens, dtype=np.float64))
 
 
-# A cliff after one extra token, then flat (as in the worked counterexample of docs/design.md): long blocks can
-# pay when short ones do not, which is where a search without early stop looks ahead.
+# A cliff after one extra token, then flat (as in the worked counterexample of docs/design.md):
+# long blocks can pay when short ones do not, which is where a search without early stop
+# looks ahead.
 CLIFF = np.array([np.nan, np.nan, 1.0, 0.9, 0.55, 0.5, 0.5, 0.5, 0.5])
 PROFILES = {"concave": concave, "cliff": CLIFF}
 
@@ -75,7 +78,7 @@ def test_global_search_without_early_stop_is_biased() -> None:
     assert joint_pvalue(out, TARGET) < 1e-6
 
 
-# -- docs/design.md worked counterexample --------------------------------------------------------------------
+# -- the worked counterexample of docs/design.md --------------------------------------------
 N_TRIALS = 40000
 SPS_TABLE = np.array([np.nan, 1.0, 0.5, 0.45])  # SPS(B) for B = 1, 2, 3 tokens
 P_TARGET = torch.tensor([0.7, 0.3], dtype=torch.float64)

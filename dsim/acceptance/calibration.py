@@ -1,4 +1,6 @@
-"""Sequential Temperature Scaling of conditional confidences (docs/design.md, Sequential Temperature Scaling (STS)) and its metrics.
+"""Sequential Temperature Scaling of conditional confidences, and its metrics.
+
+Method: docs/design.md, Sequential Temperature Scaling (STS).
 
 The scheduler multiplies conditional confidences into prefix survivals a_k, so calibration is
 judged on a_k against "the first k drafts were all accepted", position by position: T_k is

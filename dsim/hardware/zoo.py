@@ -1,4 +1,6 @@
-"""Architecture zoo: decoder-only configurations as transformers configs (docs/design.md, The step-time model).
+"""Architecture zoo: decoder-only configurations as transformers configs.
+
+Used by the step-time model (docs/design.md, The step-time model).
 
 Profiles are measured on the same transformers model classes that real-model mode runs, built
 from these configs with random weights, so a profile predicts real-mode latency without a

@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="continue from the training state if present"),
         threads: int = typer.Option(1, help="torch CPU threads"),
     ) -> None:
-        """Train a drafter on the cached target hidden states (loss: docs/design.md, The drafter family)."""
+        """Train a drafter on cached target hidden states (docs/design.md, The drafter family)."""
         import torch
 
         from dsim.models.data import HiddenCache

@@ -1,4 +1,4 @@
-"""The drafter family (docs/design.md, The drafter family), in one module with one uniform entry point.
+"""The drafter family (docs/design.md, The drafter family), with one uniform entry point.
 
 Every drafter reads the frozen target's final hidden state at the last accepted position plus
 the token the target emitted there (the anchor), and proposes gamma tokens with confidences.

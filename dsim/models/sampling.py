@@ -1,4 +1,5 @@
-"""Exact speculative sampling (docs/design.md, The speculative-decoding round), batched over sequences.
+"""Exact speculative sampling, batched over sequences (docs/design.md, The speculative-decoding
+round).
 
 Each sequence tests its first `l_r` drafts left to right, keeping draft k with probability
 min(1, p_t(x_k) / p_d(x_k)); the first rejection ends the prefix. The target then emits one

@@ -11,6 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Version of the layout of dsim's output tables and summary.json; bump it when a column or key
+# changes meaning or disappears (adding one does not need a bump).
+SCHEMA_VERSION = 1
+SCHEMA_KEY = b"dsim.schema_version"
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -40,6 +49,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def write_json(path: str | Path, obj: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def write_parquet(df: pd.DataFrame, path: str | Path) -> None:
+    """A table as Parquet, atomically, stamped with the schema version in its key-value metadata
+    (`dsim.schema_version`), so a reader can tell which layout of the columns it holds."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    stamp = {SCHEMA_KEY: str(SCHEMA_VERSION).encode()}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stamp})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:

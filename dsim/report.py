@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 console = Console(stderr=False)
@@ -39,21 +46,38 @@ def summary_table(summary: dict, title: str) -> Table:
     return table
 
 
+class Bar:
+    """What `progress_bar` yields: `bar(done, total)` sets the count, `bar.advance(n)` adds to
+    it, `bar.describe(text)` changes the label."""
+
+    def __init__(self, progress: Progress, task) -> None:
+        self._progress, self._task = progress, task
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        self._progress.update(self._task, completed=done, total=total or None)
+
+    def advance(self, n: int = 1) -> None:
+        self._progress.advance(self._task, n)
+
+    def describe(self, text: str) -> None:
+        self._progress.update(self._task, description=text)
+
+
 @contextmanager
-def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator:
-    """Yields `update(done)`; shows a bar only on a terminal (and when enabled)."""
+def progress_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Bar]:
+    """The one progress bar of every command: on stderr, gone when done, off when disabled."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=Console(stderr=True),
         disable=not enabled,
         transient=True,
     )
     with progress:
-        task = progress.add_task(description, total=total)
-        yield lambda done, total=None: progress.update(task, completed=done, total=total or None)
+        yield Bar(progress, progress.add_task(description, total=total))
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -15,7 +15,7 @@ from dsim.engine.backend import Backend, Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.errors import InputError
-from dsim.fileio import atomic_dir, write_json
+from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import LatencyModel
 from dsim.metrics import REQUEST_COLUMNS, summarize
 from dsim.policies import parse_policy
@@ -132,5 +132,11 @@ def run_engine(
 def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:
     """requests.parquet + summary.json (+ the spec), written as a whole or not at all."""
     with atomic_dir(out) as tmp:
-        result.requests.to_parquet(tmp / "requests.parquet", index=False)
-        write_json(tmp / "summary.json", {**result.summary, "spec": spec.as_dict()})
+        write_run_files(result, spec, tmp)
+
+
+def write_run_files(result: RunResult, spec: RunSpec, directory: Path) -> None:
+    """The files of `write_run` into a directory the caller moves into place."""
+    write_parquet(result.requests, directory / "requests.parquet")
+    summary = {**result.summary, "schema_version": SCHEMA_VERSION, "spec": spec.as_dict()}
+    write_json(directory / "summary.json", summary)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from dsim.errors import InputError
+from dsim.fileio import SCHEMA_KEY, SCHEMA_VERSION
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -20,6 +22,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
         raise InputError(path, None, "file is empty")
     try:
         if path.suffix == ".parquet":
+            check_schema_version(path)
             df = pd.read_parquet(path)
         elif path.suffix in (".jsonl", ".json"):
             df = pd.read_json(path, lines=True)
@@ -32,6 +35,18 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if df.empty:
         raise InputError(path, None, "no data rows")
     return df
+
+
+def check_schema_version(path: Path) -> None:
+    """Refuse a Parquet file written by a newer dsim (its columns may mean something else);
+    files without the stamp (older dsim, other tools) are read as they are."""
+    stamp = (pq.read_schema(path).metadata or {}).get(SCHEMA_KEY)
+    if stamp is not None and int(stamp) > SCHEMA_VERSION:
+        raise InputError(
+            path,
+            None,
+            f"schema version {int(stamp)} is newer than this dsim reads ({SCHEMA_VERSION})",
+        )
 
 
 def require_columns(df: pd.DataFrame, path: str | Path, columns: Iterable[str]) -> None:

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from dsim import cli
 from dsim.errors import InputError
+from dsim.fileio import SCHEMA_KEY, SCHEMA_VERSION
 from dsim.pareto import sweep
 from dsim.pareto.config import load_config
 from dsim.pareto.frontier import (
@@ -108,6 +110,8 @@ def test_outputs_written(tmp_path: Path) -> None:
         assert (out / name).stat().st_size > 0
     stored = pd.read_parquet(out / "points.parquet")
     pd.testing.assert_frame_equal(stored, table)
+    for name in ("points.parquet", "frontier.parquet"):
+        assert pq.read_schema(out / name).metadata[SCHEMA_KEY] == str(SCHEMA_VERSION).encode()
     assert list(stored["policy"]) == ["mtp1", "mtp1", "dspark", "dspark"]
     assert (stored["mean_verify_budget"][stored["policy"] == "mtp1"] == 2.0).all()
     for key in stored["point"]:

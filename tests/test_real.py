@@ -107,7 +107,7 @@ def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
     ckpt = tmp_path / "drafter.pt"
     save_drafter(ckpt, untrained_drafter(target), target.fingerprint, {})
     out = tmp_path / "run"
-    argv = ["dsim", "run", "--real", "--target", "tiny", "--drafter", str(ckpt)]
+    argv = ["dsim", "serve", "--target", "tiny", "--drafter", str(ckpt)]
     argv += ["--prompts", str(prompts), "--profile", str(profile), "--policy", "dspark"]
     argv += ["--trace", f"synthetic:rate=20,n=3,output={CAP},sigma=0", "--max-new-tokens", "12"]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--no-progress"])
@@ -207,7 +207,7 @@ def test_wall_clock_runs(files, target):
 
 @pytest.mark.parametrize(
     ("policy", "drafter", "message"),
-    [("oracle", True, "cannot run with --real"), ("dspark", False, "--drafter is required")],
+    [("oracle", True, "cannot be served for real"), ("dspark", False, "--drafter is required")],
 )
 def test_real_mode_refuses(files, target, policy, drafter, message):
     prompts, profile = files

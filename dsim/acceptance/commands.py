@@ -43,7 +43,7 @@ def calibrate(
     ] = False,
 ) -> None:
     """Fit Sequential Temperature Scaling; print ECE, AUC, Brier per position; save diagrams."""
-    from dsim.acceptance.calibration import calibrate_trace
+    from dsim.acceptance.calibrate import calibrate_trace
 
     out = out or Path("runs/calibration") / trace.stem
     report = calibrate_trace(trace, out, holdout=holdout, seed=seed, write_sidecar=write_sidecar)

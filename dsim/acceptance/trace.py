@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.fileio import atomic_path, write_json
+from dsim.fileio import atomic_path, write_json, write_parquet
 from dsim.tables import numeric_column, read_table, require_columns
 
 BASE_COLUMNS = ("seq_id", "round", "domain", "gamma", "accepted")
@@ -63,7 +63,7 @@ def write_acceptance_trace(df: pd.DataFrame, path: str | Path, meta: dict[str, A
     meta = {"gamma": gamma, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **meta}
     _validate_meta(meta, sidecar_path(path), gamma)
     with atomic_path(path) as tmp:
-        clean.to_parquet(tmp, index=False)
+        write_parquet(clean, tmp)
         write_json(sidecar_path(path), meta)  # only once the table is whole; then both land
 
 

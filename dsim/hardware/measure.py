@@ -26,6 +26,7 @@ from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.latency import write_profile
 from dsim.hardware.roofline import TOKENS_PER_SEQ
+from dsim.report import progress_bar
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -263,7 +264,6 @@ def profile_model(
     """Measure a profile of `model` (or its drafter stand-in) and write CSV + JSON sidecar."""
     import torch
     import transformers
-    from rich.progress import Progress
 
     if repeats < 1 or warmup < 0:
         raise InputError(None, None, "--repeats must be >= 1 and warm-up >= 0")
@@ -282,15 +282,14 @@ def profile_model(
     load_before = os.getloadavg()
     started = time.perf_counter()
     net = build_model(config, dev, torch_dtype)
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"profiling {model}", total=len(grid.points()))
+    with progress_bar(f"profiling {model}", len(grid.points()), enabled=progress) as bar:
         df, skipped = measure_profile(
             net,
             grid,
             repeats=repeats,
             warmup=warmup,
             timer=timer,
-            on_point=lambda: bar.advance(task),
+            on_point=bar.advance,
         )
     if df.empty:
         raise InputError(None, None, "every grid point ran out of memory; nothing measured")

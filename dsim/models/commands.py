@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from dsim.errors import InputError
+from dsim.report import progress_bar
 
 PROMPTS_DIR = Path("traces/prompts")
 DEFAULT_CACHE = Path(".cache/dsim/train-hidden.pt")
@@ -23,18 +24,6 @@ def parse_counts(text: str, option: str) -> dict[str, int]:
             raise InputError(None, None, f"{option}: expected DOMAIN=COUNT, got {part!r}")
         out[name.strip()] = int(value)
     return out
-
-
-def _progress(description: str, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    )
-    return bar, bar.add_task(description, total=total)
 
 
 def register(app: typer.Typer) -> None:
@@ -64,8 +53,8 @@ def register(app: typer.Typer) -> None:
         counts = parse_counts(per_domain, "--per-domain")
         held = parse_counts(heldout, "--heldout")
         model = load_target(target)
-        bar, task = _progress("generating", sum(counts.values()) - sum(held.values()))
-        with bar:
+        total = sum(counts.values()) - sum(held.values())
+        with progress_bar("generating", total) as bar:
             stats = prepare_data(
                 model,
                 cache,
@@ -76,7 +65,7 @@ def register(app: typer.Typer) -> None:
                 batch_size,
                 seed,
                 prompts_dir,
-                progress=lambda n: bar.advance(task, n),
+                progress=bar.advance,
             )
         typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()) + f" cache={cache}")
 
@@ -115,13 +104,13 @@ def register(app: typer.Typer) -> None:
         state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
         settings = TrainSettings(steps, batch_size, lr, seed, vocab_size, width)
         model = load_target(target)
-        bar, task = _progress(f"train {drafter}", steps)
+        with progress_bar(f"train {drafter}", steps) as bar:
 
-        def report(step: int, loss: float, parts: dict) -> None:
-            shown = " ".join(f"{k}={v:.3f}" for k, v in parts.items())
-            bar.update(task, completed=step, description=f"{drafter} loss={loss:.3f} {shown}")
+            def report(step: int, loss: float, parts: dict) -> None:
+                shown = " ".join(f"{k}={v:.3f}" for k, v in parts.items())
+                bar.describe(f"{drafter} loss={loss:.3f} {shown}")
+                bar(step)
 
-        with bar:
             stats = train_drafter(
                 drafter, gamma, HiddenCache.load(cache), model, settings, out, state, resume, report
             )
@@ -156,8 +145,7 @@ def register(app: typer.Typer) -> None:
         chosen = read_prompt_file(prompts)[:limit]
         model = load_target(target)
         draft_model = load_drafter(drafter, model)
-        bar, task = _progress(f"collect {drafter.stem}", len(chosen))
-        with bar:
+        with progress_bar(f"collect {drafter.stem}", len(chosen)) as bar:
             df, _ = collect(
                 model,
                 draft_model,
@@ -166,7 +154,7 @@ def register(app: typer.Typer) -> None:
                 batch_size,
                 seed,
                 greedy,
-                progress=lambda n: bar.advance(task, n),
+                progress=bar.advance,
             )
         meta = {
             "target": model.fingerprint,

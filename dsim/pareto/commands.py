@@ -13,7 +13,7 @@ from dsim.report import console, progress_bar
 def register(app: typer.Typer) -> None:
     """Add `dsim pareto` to the dsim app."""
 
-    @app.command()
+    @app.command("pareto")
     def pareto(
         config: Path = typer.Option(..., help="Sweep config TOML (experiments/NAME/*.toml)."),
         out: Path = typer.Option(..., help="Output directory; re-running resumes from it."),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.fileio import write_with
+from dsim.fileio import write_parquet, write_with
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.frontier import matched_gains, pareto_front, sla_throughputs
 from dsim.pareto.plots import plot_load, plot_pareto
@@ -29,7 +29,7 @@ def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
     gains = matched_gains(front, policies, cfg.baseline)
     sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors))
     for name, table in (("points", points), ("frontier", front)):
-        write_with(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))
+        write_parquet(table, out / f"{name}.parquet")
     title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
     plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
     plot_load(points, title, out / "load.png")

@@ -1,57 +1,99 @@
-"""CLI for real-model mode: `dsim validate`, and the function behind `dsim run --real`.
+"""CLI for real-model mode: `dsim serve` and `dsim validate`.
 
 torch and transformers are imported inside the functions, so `dsim run` (simulation) and
 `dsim --help` start fast.
+`dsim serve` takes `dsim run`'s workload and engine options but no acceptance model (the real
+drafter and target decide what is accepted) and no --gamma (the drafter checkpoint fixes it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
+from dsim import run_commands as opts
 from dsim.errors import InputError
-from dsim.run import RunResult, RunSpec
+from dsim.report import progress_bar
+from dsim.run import RunSpec
 
 DEFAULT_PROMPTS = "traces/prompts/heldout.jsonl"
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
 
 
-def real_run(
-    spec: RunSpec,
-    target: str,
-    drafter: Path | None,
-    prompts: Path,
-    clock: str,
-    max_new_tokens: int,
-    out: Path | None,
-    progress: Callable[[int, int], None] | None = None,
-) -> RunResult:
-    """`dsim run --real`: load the models (torch threads as in the profile), serve, write."""
-    import torch
-
-    from dsim.real.runner import (
-        check_options,
-        load_models,
-        profile_threads,
-        run_real,
-        write_real_run,
-    )
-
-    check_options(spec, clock, drafter is not None)
-    threads = profile_threads(spec.profile)
-    if threads:
-        torch.set_num_threads(threads)
-    model, draft_model = load_models(target, drafter)
-    run = run_real(spec, model, draft_model, prompts, clock, max_new_tokens, progress=progress)
-    if out is not None:
-        write_real_run(run, out)
-    return run.result
-
-
 def register(app: typer.Typer) -> None:
-    """Add `dsim validate`."""
+    """Add `dsim serve` and `dsim validate`."""
+
+    @app.command("serve")
+    def serve_cmd(
+        drafter: Path | None = typer.Option(
+            None, help="Drafter checkpoint (dsim train); required unless --policy ar."
+        ),
+        target: str = typer.Option("smollm2-135m", help="smollm2-135m, tiny or a HF folder."),
+        prompts: Path = typer.Option(Path(DEFAULT_PROMPTS), help="Prompt file (JSON lines)."),
+        max_new_tokens: int = typer.Option(128, help="Output cap per request."),
+        clock: str = typer.Option(
+            "profile", help="profile: steps take the profile's time (deterministic); wall: real."
+        ),
+        trace: str = opts.TRACE,
+        profile: str = typer.Option(CPU_PROFILE, help="Measured profile of the target."),
+        policy: str = opts.POLICY,
+        calibration: str | None = typer.Option(
+            None, help="STS calibration JSON applied to the drafter's confidences."
+        ),
+        seed: int = opts.SEED,
+        window: str | None = opts.WINDOW,
+        rate_scale: float = opts.RATE_SCALE,
+        max_requests: int | None = opts.MAX_REQUESTS,
+        max_seqs: int = opts.MAX_SEQS,
+        kv_tokens: int = opts.KV_TOKENS,
+        prefill_chunk: int = opts.PREFILL_CHUNK,
+        draft_cost: str = opts.DRAFT_COST,
+        sla_tps: float | None = opts.SLA_TPS,
+        out: Path | None = typer.Option(
+            None, help="Write requests.parquet, summary.json and texts.jsonl here."
+        ),
+        progress: bool = opts.PROGRESS,
+    ) -> None:
+        """Serve a trace's arrivals with the real drafter and target through the simulator's
+        engine and policies; generated texts go to OUT/texts.jsonl."""
+        import torch
+
+        from dsim.real.runner import (
+            check_options,
+            load_models,
+            profile_threads,
+            run_real,
+            write_real_run,
+        )
+
+        spec = RunSpec(
+            trace=trace,
+            profile=profile,
+            policy=policy,
+            seed=seed,
+            window=window,
+            rate_scale=rate_scale,
+            max_requests=max_requests,
+            max_seqs=max_seqs,
+            kv_tokens=kv_tokens,
+            prefill_chunk=prefill_chunk,
+            draft_cost=draft_cost,
+            sla_tps=sla_tps,
+            calibration=calibration,
+        )
+        check_options(spec, clock, drafter is not None)  # before any model is loaded
+        threads = profile_threads(spec.profile)
+        if threads:
+            torch.set_num_threads(threads)
+        model, draft_model = load_models(target, drafter)
+        with progress_bar("serving (real)", total=None, enabled=progress) as update:
+            run = run_real(
+                spec, model, draft_model, prompts, clock, max_new_tokens, progress=update
+            )
+        if out is not None:
+            write_real_run(run, out)
+        opts.show(run.result, f"dsim serve: {policy} on {Path(trace).name}")
 
     @app.command("validate")
     def validate_cmd(

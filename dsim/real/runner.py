@@ -1,4 +1,4 @@
-"""`dsim run --real`: the simulator's engine and policies driving real forward passes."""
+"""`dsim serve`: the simulator's engine and policies driving real forward passes."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
 from dsim.errors import InputError
-from dsim.fileio import atomic_path
+from dsim.fileio import atomic_dir
 from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle, parse_policy
 from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
-from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run
+from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run_files
 
 CLOCKS = ("profile", "wall")
 
@@ -54,7 +54,7 @@ def check_options(spec: RunSpec, clock: str, has_drafter: bool):
             None,
             None,
             "policy oracle needs each request's accepted prefix before verifying, which only "
-            "a simulation knows; it cannot run with --real",
+            "a simulation knows; it cannot be served for real",
         )
     if policy.drafts and not has_drafter:
         raise InputError(None, None, f"policy {spec.policy!r} drafts: --drafter is required")
@@ -114,7 +114,8 @@ def run_real(
 
 
 def write_real_run(run: RealRun, out: str | Path) -> None:
-    """What `dsim run` writes, plus texts.jsonl (one generated text per request)."""
-    write_run(run.result, run.spec, out)
-    with atomic_path(Path(out) / "texts.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts))
+    """What `dsim run` writes, plus texts.jsonl (one generated text per request), together."""
+    texts = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts)
+    with atomic_dir(out) as tmp:
+        write_run_files(run.result, run.spec, tmp)
+        (tmp / "texts.jsonl").write_text(texts)

@@ -25,7 +25,7 @@ import pandas as pd
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
 from dsim.engine.config import DraftCost, EngineConfig
-from dsim.fileio import write_json
+from dsim.fileio import write_json, write_with
 from dsim.hardware.commands import CPU_BATCH_TOKENS, CPU_SEQS, parse_ints
 from dsim.hardware.latency import LatencyModel, write_profile
 from dsim.hardware.measure import Grid
@@ -196,7 +196,7 @@ def validate(
         log(table(results).to_string(index=False))
     write_json(out / "validation.json", results)
     write_json(out / "diagnostics.json", diagnostics)
-    (out / "validation.md").write_text(frame_table(table(results)))
+    write_with(out / "validation.md", lambda tmp: tmp.write_text(frame_table(table(results))))
     return results
 
 

@@ -153,7 +153,7 @@ def verify_latency(target, reps: int, context: int = 256) -> list[dict]:
 
 def calibration(kinds: list[str]) -> pd.DataFrame:
     """STS on each trace (30% of sequences held out): ECE/AUC before and after, per position."""
-    from dsim.acceptance.calibration import calibrate_trace
+    from dsim.acceptance.calibrate import calibrate_trace
 
     rows = []
     for kind in kinds:

@@ -1,0 +1,94 @@
+"""`dsim run`: simulate one replica. Its workload and engine options are shared with
+`dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dsim.report import console, progress_bar, summary_table
+from dsim.run import (
+    DEFAULT_ACCEPTANCE,
+    DEFAULT_PROFILE,
+    DEFAULT_TRACE,
+    RunResult,
+    RunSpec,
+    simulate,
+    write_run,
+)
+
+# Options both commands take, with one spelling and one help text.
+TRACE = typer.Option(DEFAULT_TRACE, help="Arrival trace file or synthetic:KEY=V,...")
+PROFILE = typer.Option(DEFAULT_PROFILE, help="Hardware load profile CSV of the target.")
+POLICY = typer.Option(
+    "dspark", help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle"
+)
+SEED = typer.Option(0, help="Random seed (same seed, same bytes).")
+WINDOW = typer.Option(None, help="Keep arrivals in START:END seconds.")
+RATE_SCALE = typer.Option(1.0, help="Scale the arrival rate (2 = twice the load).")
+MAX_REQUESTS = typer.Option(None, help="Keep only the first N requests.")
+MAX_SEQS = typer.Option(256, help="Concurrent requests cap.")
+KV_TOKENS = typer.Option(500_000, help="KV-cache budget in tokens (16-token blocks).")
+PREFILL_CHUNK = typer.Option(2048, help="Prefill tokens per step (chunked prefill).")
+DRAFT_COST = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV.")
+SLA_TPS = typer.Option(None, help="Per-user tok/s the schedulers must keep.")
+PROGRESS = typer.Option(True, help="Show a progress bar.")
+
+
+def show(result: RunResult, title: str) -> None:
+    console.print(summary_table(result.summary, title))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `dsim run`."""
+
+    @app.command("run")
+    def run_cmd(
+        trace: str = TRACE,
+        profile: str = PROFILE,
+        acceptance: str = typer.Option(
+            DEFAULT_ACCEPTANCE,
+            help="iid:A | positions:Q1,.. | preset:DRAFTER:DOMAIN | vllm:SCRAPE | mix:.. | FILE",
+        ),
+        policy: str = POLICY,
+        gamma: int = typer.Option(7, help="Drafts proposed per round."),
+        seed: int = SEED,
+        window: str | None = WINDOW,
+        rate_scale: float = RATE_SCALE,
+        max_requests: int | None = MAX_REQUESTS,
+        max_seqs: int = MAX_SEQS,
+        kv_tokens: int = KV_TOKENS,
+        prefill_chunk: int = PREFILL_CHUNK,
+        draft_cost: str = DRAFT_COST,
+        sla_tps: float | None = SLA_TPS,
+        calibration: str | None = typer.Option(
+            None,
+            help="STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
+        ),
+        out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
+        progress: bool = PROGRESS,
+    ) -> None:
+        """Simulate one replica serving a trace under a verification policy."""
+        spec = RunSpec(
+            trace,
+            profile,
+            acceptance,
+            policy,
+            gamma,
+            seed,
+            window,
+            rate_scale,
+            max_requests,
+            max_seqs,
+            kv_tokens,
+            prefill_chunk,
+            draft_cost,
+            sla_tps,
+            calibration,
+        )
+        with progress_bar("simulating requests", total=None, enabled=progress) as update:
+            result = simulate(spec, progress=update)
+        if out is not None:
+            write_run(result, spec, out)
+        show(result, f"dsim run: {policy} on {Path(trace).name}")

@@ -79,9 +79,7 @@ def _fmt(x: float | None) -> str:
 def synth_acceptance(
     acceptance: Annotated[
         str,
-        typer.Option(
-            help="Acceptance spec: iid:A, positions:..., preset:D:DOM\\[overconf=X], mix:..."
-        ),
+        typer.Option(help="iid:A, positions:..., preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."),
     ],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/acceptance/NAME.parquet")],
     gamma: Annotated[int, typer.Option(help="Draft block length.")] = 7,

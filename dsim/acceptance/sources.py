@@ -1,8 +1,9 @@
 """Acceptance sources from their command-line spelling (docs/design.md, Acceptance sources).
 
-`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN`, `mix:SPEC=W,SPEC=W`, or the path of an
-acceptance-trace file. Parametric specs take options in brackets, e.g.
-`preset:dspark:chat[overconf=2,spread=1.2,spread_req=0.5]`.
+`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN`, `vllm:SCRAPE` (a vLLM metrics scrape),
+`mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. Parametric specs take options in
+brackets, e.g. `preset:dspark:chat[overconf=2,spread=1.2,spread_req=0.5]`; `vllm:` also takes
+the strings `model=NAME` and `since=BEFORE_SCRAPE`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from dsim.acceptance.parametric import DomainModel, ParametricAcceptance, fit_shift
 from dsim.acceptance.presets import DOMAINS, DRAFTERS, PRESET_GAMMA, PRESETS
+from dsim.acceptance.vllm_metrics import vllm_domain
 from dsim.errors import InputError
 
 
@@ -29,6 +31,7 @@ class AcceptanceSource(Protocol):
 
 
 _OPTIONS = {"spread", "spread_req", "overconf"}
+_VLLM_OPTIONS = ("model", "since")  # string-valued, vllm: only
 _OPT_RE = re.compile(r"^(?P<body>.*?)(\[(?P<opts>[^\]]*)\])?$")
 
 
@@ -47,6 +50,20 @@ def _split_top(text: str) -> list[str]:
         else:
             cur += ch
     return [*parts, cur]
+
+
+def _string_options(spec: str, text: str | None, keys: tuple[str, ...]) -> tuple[dict, str]:
+    """Take the string-valued options `keys` out of a bracket; the rest stays for _options."""
+    strings, rest = {}, []
+    for part in filter(None, (text or "").split(",")):
+        key, _, value = part.partition("=")
+        if key.strip() in keys:
+            if not value.strip():
+                raise _bad(spec, f"option {key.strip()!r} needs a value")
+            strings[key.strip()] = value.strip()
+        else:
+            rest.append(part)
+    return strings, ",".join(rest)
 
 
 def _options(spec: str, text: str | None) -> dict[str, float]:
@@ -77,8 +94,10 @@ def _probabilities(spec: str, text: str) -> tuple[float, ...]:
 def _domain(spec: str, gamma: int) -> tuple[DomainModel, dict[str, float]]:
     """One parametric domain: its model and the options it asked for."""
     m = _OPT_RE.match(spec.strip())
-    body, opts = m["body"], _options(spec, m["opts"])
+    body, text = m["body"], m["opts"]
     kind, _, rest = body.partition(":")
+    strings, text = _string_options(spec, text, _VLLM_OPTIONS if kind == "vllm" else ())
+    opts = _options(spec, text)
     if kind == "iid":
         alpha = _probabilities(spec, rest)
         if len(alpha) != 1:
@@ -98,7 +117,14 @@ def _domain(spec: str, gamma: int) -> tuple[DomainModel, dict[str, float]]:
         o = {"spread": 1.0, "spread_req": 0.5, **opts}
         shift = fit_shift(shape[:PRESET_GAMMA], tau, o["spread"], o["spread_req"])
         return DomainModel(domain, shape, shift), o
-    raise _bad(spec, "expected iid:A, positions:Q1,..., preset:DRAFTER:DOMAIN, mix:... or a file")
+    if kind == "vllm":
+        o = {"spread": 1.0, "spread_req": 0.5, **opts}
+        model, since = strings.get("model"), strings.get("since")
+        return vllm_domain(rest, gamma, o["spread"], o["spread_req"], model, since), o
+    raise _bad(
+        spec,
+        "expected iid:A, positions:Q1,..., preset:DRAFTER:DOMAIN, vllm:SCRAPE, mix:... or a file",
+    )
 
 
 def parse_acceptance(
@@ -125,7 +151,7 @@ def parse_acceptance(
             raise _bad(spec, "all mix entries must use the same options")
         models, weights = [d for d, _, _ in entries], [w for _, _, w in entries]
         return ParametricAcceptance(gamma, models, np.array(weights), **options[0])
-    if spec.split(":")[0] in ("iid", "positions", "preset"):
+    if spec.split(":")[0] in ("iid", "positions", "preset", "vllm"):
         model, options = _domain(spec, gamma)
         return ParametricAcceptance(gamma, [model], np.ones(1), **options)
     path = Path(spec)

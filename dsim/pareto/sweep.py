@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dsim.acceptance.vllm_metrics import scrape_files
 from dsim.errors import InputError
 from dsim.run import RunSpec, simulate, write_run
 
@@ -43,7 +44,8 @@ def make_points(specs: Iterable[tuple[str, float, RunSpec]]) -> list[Point]:
 
 def point_key(spec: RunSpec) -> str:
     """16 hex digits of SHA-256 over the spec and the contents of the files it reads."""
-    files = [v for v in spec.as_dict().values() if isinstance(v, str) and Path(v).is_file()]
+    named = [v for v in spec.as_dict().values() if isinstance(v, str)]
+    files = [f for f in [*named, *scrape_files(spec.acceptance)] if Path(f).is_file()]
     inputs = {f: _file_digest(f, Path(f).stat().st_mtime_ns, Path(f).stat().st_size) for f in files}
     blob = json.dumps({"spec": spec.as_dict(), "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

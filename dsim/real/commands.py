@@ -19,6 +19,7 @@ from dsim.run import RunSpec
 
 DEFAULT_PROMPTS = "traces/prompts/heldout.jsonl"
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
+SERVE_TRACE = "synthetic:rate=0.5,n=32,output=128,sigma=0"  # a CPU-sized real workload
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,9 @@ def register(app: typer.Typer) -> None:
         clock: str = typer.Option(
             "profile", help="profile: steps take the profile's time (deterministic); wall: real."
         ),
-        trace: str = opts.TRACE,
+        trace: str = typer.Option(
+            SERVE_TRACE, help="Arrival trace file or synthetic:KEY=V,... (arrivals, output caps)."
+        ),
         profile: str = typer.Option(CPU_PROFILE, help="Measured profile of the target."),
         policy: str = opts.POLICY,
         calibration: str | None = typer.Option(

@@ -85,16 +85,18 @@ def fit_latent(target: np.ndarray) -> np.ndarray:
     raise RuntimeError("latent fit did not converge")
 
 
+def _shift(latent: np.ndarray, tau: float) -> float:
+    """The logit shift that moves the serving tau of `latent` to `tau`."""
+    return round(brentq(lambda s: _curve(latent + s)[1] - tau, -3, 3, xtol=1e-7), 4)
+
+
 def main() -> None:
     out = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, "presets": {}}
     for key in SHAPE:
         target = target_curve(key)
         latent = np.round(fit_latent(target), 4)
         curve, tau4 = _curve(latent)
-        shifts = {}
-        for t in TARGETS:
-            f = lambda s, t=t: _curve(latent + s)[1] - TABLE1[t, *key]  # noqa: E731
-            shifts[t] = 0.0 if t == "qwen3-4b" else round(brentq(f, -3, 3, xtol=1e-7), 4)
+        shifts = {t: 0.0 if t == "qwen3-4b" else _shift(latent, TABLE1[t, *key]) for t in TARGETS}
         out["presets"][":".join(key)] = {
             "given": {str(k): v for k, v in GIVEN.get(key, {}).items()},
             "target_curve": np.round(target, 4).tolist(),

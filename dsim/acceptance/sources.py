@@ -1,4 +1,4 @@
-"""Acceptance sources from their command-line spelling (DESIGN.md 8).
+"""Acceptance sources from their command-line spelling (docs/design.md, trace and profile formats).
 
 `iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN[:TARGET]`, `mix:SPEC=W,SPEC=W`, or the
 path of an acceptance-trace file. Parametric specs take options in brackets, e.g.

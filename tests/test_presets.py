@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+from dsim.acceptance.measure import served_curve
 from dsim.acceptance.presets import FITTED
 from dsim.acceptance.sources import parse_acceptance
 
@@ -25,21 +26,8 @@ PAPER = {
 
 
 def serve(spec: str, n: int = 2000, tokens: int = 300, seed: int = 0):
-    """Draw rounds from the source until every request has emitted `tokens` (as a serving run
-    at full verification does); return per-position conditional acceptance and tau."""
-    src = parse_acceptance(spec, GAMMA)
-    rng = np.random.default_rng(seed)
-    src.bind(n, rng)
-    emitted, active = np.zeros(n), np.arange(n)
-    reached, passed, rounds = np.zeros(GAMMA), np.zeros(GAMMA), 0
-    while len(active):
-        _, acc = src.draw(active, rng)
-        reached += (acc[:, None] >= np.arange(GAMMA)).sum(axis=0)
-        passed += (acc[:, None] > np.arange(GAMMA)).sum(axis=0)
-        rounds += len(active)
-        emitted[active] += acc + 1
-        active = active[emitted[active] < tokens]
-    return passed / reached, emitted.sum() / rounds
+    """Conditional curve and tau of `spec` served at full verification (dsim.acceptance.measure)."""
+    return served_curve(parse_acceptance(spec, GAMMA), n, tokens, np.random.default_rng(seed))
 
 
 @pytest.mark.parametrize("preset", sorted(PAPER))

@@ -71,7 +71,7 @@ class ParametricAcceptance:
         self._z = self._base[self._dom]
         if self.spread_req:
             self._z = self._z + rng.normal(0.0, self.spread_req, size=(n_requests, 1))
-        if self.rho:
+        if self.rho and self.spread:
             self._noise = rng.normal(0.0, self.spread, size=self._z.shape)
 
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

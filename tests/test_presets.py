@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT
 
 from dsim.acceptance.measure import served_curve
+from dsim.acceptance.parametric import serving_curve
 from dsim.acceptance.presets import FITTED
 from dsim.acceptance.sources import parse_acceptance
 
@@ -81,3 +82,17 @@ def test_rho_correlates_consecutive_rounds_and_keeps_the_marginal():
     for rho in (0.5, 0.9):
         diff = means[rho].mean() - means[0.0].mean()
         assert abs(diff) < 4 * np.hypot(se[rho], se[0.0]), (rho, diff)
+
+
+def test_served_curve_closed_form():
+    """iid acceptance a: every position accepts with a; tau = (1 - a^8) / (1 - a)."""
+    curve, tau = serve("iid:0.8", n=500, tokens=400)
+    np.testing.assert_allclose(curve[:4], 0.8, atol=0.01)  # >= 15k rounds reach position 4
+    assert tau == pytest.approx((1 - 0.8**8) / 0.2, rel=0.01)
+
+
+def test_serving_curve_without_spread_is_the_latent_curve():
+    q = np.array([0.9, 0.8, 0.7])
+    curve, tau = serving_curve(np.log(q / (1 - q)), 0.0, 0.0, n_req=4, n_round=2)
+    np.testing.assert_allclose(curve, q)
+    assert tau == pytest.approx(1 + 0.9 + 0.72 + 0.504)

@@ -100,6 +100,8 @@ def test_bad_profile(rejected, tmp_path, rows, expected):
         ("--policy", "dsparkle", "unknown policy 'dsparkle'"),
         ("--policy", "fixed:x", "unknown policy 'fixed:x'"),
         ("--acceptance", "preset:medusa:chat", "unknown preset"),
+        ("--acceptance", "preset:dspark:chat:qwen3-32b", "unknown preset"),
+        ("--acceptance", "preset:dspark:chat[rho=1]", "rho must lie in [0, 1)"),
         ("--acceptance", "iid:1.5", "must lie in [0, 1]"),
         ("--draft-cost", "ratio:-1", "ratio must be a number >= 0"),
         ("--trace", "synthetic:rate=0", "values must be positive"),

@@ -20,6 +20,8 @@ from dsim.pareto.config import load_config
 from dsim.pareto.frontier import (
     matched_gains,
     pareto_front,
+    seed_fronts,
+    seed_means,
     sla_throughputs,
     speed_at_throughput,
     throughput_at_sla,
@@ -62,6 +64,9 @@ def _config(tmp_path: Path, text: str = TINY) -> Path:
         (("[sla]", "colour = 1\n[sla]"), "load.colour: unknown key"),
         (("policies", "polices"), "polices: unknown key"),
         (("gamma = 4", 'gamma = 4\nwindow = "a:b"'), "run.trace: --window 'a:b': expected"),
+        (("[run]", "seeds = [0, 0]\n[run]"), "seeds: seeds must be distinct integers >= 0"),
+        (("[run]", "seeds = [1.5]\n[run]"), "seeds: expected a non-empty list of integers"),
+        (("[run]", "seeds = [0, 1]\n[run]\nseed = 3"), "seeds: set either seeds or run.seed"),
     ],
 )
 def test_config_errors_are_one_line_exit_2_and_write_nothing(
@@ -219,3 +224,66 @@ def test_max_throughput_at_sla_and_cannot_meet() -> None:
     text = sla_section(sla, "base")
     assert "| 120 | cannot meet | 3200 (base cannot meet) |" in text
     assert "| 250 | cannot meet | cannot meet |" in text
+
+
+# --- seeds as a sweep axis -----------------------------------------------------------------
+
+
+def test_seeds_multiply_the_points(tmp_path: Path) -> None:
+    cfg = load_config(_config(tmp_path, TINY.replace("[run]", "seeds = [0, 1, 2]\n[run]")))
+    specs = cfg.specs()
+    assert len(specs) == 2 * 2 * 3  # policies x loads x seeds
+    assert [s.seed for _, _, s in specs[:3]] == [0, 1, 2]
+    assert len({sweep.point_key(s) for _, _, s in specs}) == 12
+    assert load_config(_config(tmp_path)).seeds == (0,)
+
+
+def _seeded() -> pd.DataFrame:
+    """The hand-made example at seed 0, and at seed 1 with every throughput 10% higher."""
+    p = _points()
+    return pd.concat(
+        [p.assign(seed=0), p.assign(seed=1, throughput_tok_s=p["throughput_tok_s"] * 1.1)],
+        ignore_index=True,
+    ).assign(load=lambda d: d.groupby(["policy", "seed"]).cumcount().astype(float))
+
+
+def test_seed_means_and_spread() -> None:
+    means = seed_means(_seeded())
+    assert len(means) == 7 and (means["seeds"] == 2).all()
+    first = means.iloc[0]
+    assert first["throughput_tok_s"] == pytest.approx(1050.0)
+    assert (first["throughput_tok_s_min"], first["throughput_tok_s_max"]) == (1000.0, 1100.0)
+    assert first["tps_p50_min"] == first["tps_p50_max"] == 100.0
+
+
+def test_gains_are_per_seed_then_averaged() -> None:
+    seeded = _seeded()
+    fronts = seed_fronts(seeded)
+    front = pareto_front(seed_means(seeded))
+    gains = matched_gains(front, ["base", "fast"], "base", levels=3, fronts=fronts)
+    assert gains["throughput_tok_s"].tolist() == pytest.approx([1100.0, 2050.0, 3000.0])
+    g = gains.iloc[1]  # levels span the range every seed's frontiers share: 1100..3000
+    per_seed = [speed_at_throughput(f, "fast", 2050) / speed_at_throughput(f, "base", 2050) - 1
+                for f in fronts]  # fmt: skip
+    assert g["gain"] == pytest.approx(np.mean(per_seed))
+    assert (g["gain_min"], g["gain_max"]) == pytest.approx((min(per_seed), max(per_seed)))
+    assert g["gain_min"] < g["gain_max"]
+    sla = sla_throughputs(front, ["base", "fast"], "base", [90.0], fronts=fronts)
+    fast = sla[sla["policy"] == "fast"].iloc[0]
+    ratios = [throughput_at_sla(f, "fast", 90) / throughput_at_sla(f, "base", 90) for f in fronts]
+    assert fast["ratio"] == pytest.approx(np.mean(ratios))
+    assert (fast["ratio_min"], fast["ratio_max"]) == pytest.approx((min(ratios), max(ratios)))
+
+
+def test_seeded_sweep_reports_mean_and_spread(tmp_path: Path) -> None:
+    text = TINY.replace("[run]", "seeds = [0, 1]\n[run]")
+    cfg, points = prepare(_config(tmp_path, text), "local", 1)
+    out = tmp_path / "out"
+    table = run_pareto(cfg, points, out, "local", 1)
+    assert len(table) == 8 and sorted(table["seed"].unique()) == [0, 1]
+    front = pd.read_parquet(out / "frontier.parquet")
+    assert (front["seeds"] == 2).all()
+    assert (front["throughput_tok_s_min"] <= front["throughput_tok_s"]).all()
+    report = (out / "report.md").read_text()
+    assert "mean over 2 seeds" in report and "called only where it exceeds" in report
+    assert "(x1.11 [x1.04..x1.19])" in report.split("## Maximum throughput")[1]

@@ -8,8 +8,13 @@ left to right with probability p; the first rejection ends the prefix. The draft
     c[r,k] = sigmoid(overconf * logit(p[r,k])),
 so with overconf = 1 the confidence is exactly calibrated (P(accept | c) = c) and its
 discrimination grows with the spreads; overconf > 1 is the over-confidence that STS removes
-(temperature 1/overconf). `shift[d]` is solved so that the mean accepted length at full
-verification matches the domain's reference tau (presets); it is 0 for explicit position means.
+(temperature 1/overconf). With rho > 0 (off by default) the round noise follows an AR(1)
+process over a request's consecutive rounds, e[r,t] = rho e[r,t-1] + sqrt(1 - rho^2) eta[r,t],
+so acceptance comes in easy and hard stretches while its marginal distribution is unchanged.
+For presets, q and shift[d] are latent values fitted offline (dsim.acceptance.presets) so that the
+simulated conditional curve and accepted length match the paper; with spreads > 0 the simulated
+conditional acceptance is not q (rounds that reach draft k select easier requests). shift is 0
+for explicit position means, whose spreads default to 0.
 """
 
 from __future__ import annotations
@@ -41,9 +46,11 @@ class ParametricAcceptance:
     spread: float = 1.0
     spread_req: float = 0.5
     overconf: float = 1.0
+    rho: float = 0.0
     _base: np.ndarray = field(init=False, repr=False)
     _dom: np.ndarray = field(init=False, repr=False)
     _z: np.ndarray = field(init=False, repr=False)
+    _noise: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._base = np.array(
@@ -64,11 +71,17 @@ class ParametricAcceptance:
         self._z = self._base[self._dom]
         if self.spread_req:
             self._z = self._z + rng.normal(0.0, self.spread_req, size=(n_requests, 1))
+        if self.rho and self.spread:
+            self._noise = rng.normal(0.0, self.spread, size=self._z.shape)
 
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         z = self._z[idx]
         if self.spread:
-            z = z + rng.normal(0.0, self.spread, size=z.shape)
+            noise = rng.normal(0.0, self.spread, size=z.shape)
+            if self.rho:
+                noise = self.rho * self._noise[idx] + np.sqrt(1.0 - self.rho**2) * noise
+                self._noise[idx] = noise
+            z = z + noise
         p = expit(z)
         ok = rng.random(z.shape) < p
         accepted = np.cumprod(ok, axis=1).sum(axis=1)
@@ -82,25 +95,37 @@ def _extend(q: tuple[float, ...], gamma: int) -> np.ndarray:
     return q[:gamma] if gamma <= len(q) else np.concatenate([q, np.full(gamma - len(q), q[-1])])
 
 
-def expected_tau(
-    q: np.ndarray,
-    shift: float,
+def serving_curve(
+    latent: np.ndarray,
     spread: float,
     spread_req: float,
     n_req: int = 1000,
     n_round: int = 32,
-) -> float:
-    """Tokens per round (incl. bonus) at full verification, as a serving run measures it.
+    seed: int = 12345,
+) -> tuple[np.ndarray, float]:
+    """Conditional acceptance per position and tokens per round (incl. bonus) at full
+    verification, pooled over rounds as a serving run pools them.
 
-    A run divides all tokens by all rounds, so requests that accept less weigh more (they need
-    more rounds for the same output): the figure is the harmonic mean over requests of each
-    request's mean tokens per round. Fixed-seed Monte Carlo, so the result is deterministic.
+    Every request emits about the same number of tokens, so a request that accepts less runs more
+    rounds and weighs more: request r's rounds weigh 1 / tau_r. Position k's conditional
+    acceptance is P(drafts 1..k accepted) / P(drafts 1..k-1 accepted) over those rounds (the
+    paper's denominator), and tau is the harmonic mean of the tau_r (all tokens / all rounds), so
+    tau = 1 + sum_k prod_{j<=k} curve_j exactly. Expected probabilities over fixed-seed latent
+    draws, so the result is deterministic and smooth in `latent`.
     """
-    rng = np.random.default_rng(12345)
-    z = logit(q) + shift + rng.normal(0.0, spread_req, size=(n_req, 1, 1))
-    z = z + rng.normal(0.0, spread, size=(n_req, n_round, len(q)))
-    per_request = 1.0 + np.cumprod(expit(z), axis=2).sum(axis=2).mean(axis=1)
-    return float(1.0 / np.mean(1.0 / per_request))
+    rng = np.random.default_rng(seed)
+    z = latent + rng.normal(0.0, spread_req, size=(n_req, 1, 1))
+    z = z + rng.normal(0.0, spread, size=(n_req, n_round, len(latent)))
+    reach = np.cumprod(expit(z), axis=2).mean(axis=1)  # (request, k): P(drafts 1..k accepted)
+    weight = 1.0 / (1.0 + reach.sum(axis=1))
+    passed = weight @ reach
+    reached = np.concatenate([[weight.sum()], passed[:-1]])
+    return passed / reached, float(1.0 + passed.sum() / weight.sum())
+
+
+def expected_tau(q: np.ndarray, shift: float, spread: float, spread_req: float) -> float:
+    """Tokens per round (incl. bonus) at full verification, as a serving run measures it."""
+    return serving_curve(logit(q) + shift, spread, spread_req)[1]
 
 
 @lru_cache(maxsize=256)

@@ -1,9 +1,10 @@
 """Acceptance sources from their command-line spelling (docs/design.md, Acceptance sources).
 
-`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN`, `vllm:SCRAPE` (a vLLM metrics scrape),
-`mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. Parametric specs take options in
-brackets, e.g. `preset:dspark:chat[overconf=2,spread=1.2,spread_req=0.5]`; `vllm:` also takes
-the strings `model=NAME` and `since=BEFORE_SCRAPE`.
+`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics
+scrape), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. Parametric specs take
+options in brackets, e.g.
+`preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8]`
+(docs/presets.md); `vllm:` also takes the strings `model=NAME` and `since=BEFORE_SCRAPE`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,19 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from scipy.special import expit
 
 from dsim.acceptance.parametric import DomainModel, ParametricAcceptance, fit_shift
-from dsim.acceptance.presets import DOMAINS, DRAFTERS, PRESET_GAMMA, PRESETS
+from dsim.acceptance.presets import (
+    DEFAULT_TARGET,
+    DOMAINS,
+    DRAFTERS,
+    FIT_SPREAD,
+    FIT_SPREAD_REQ,
+    FITTED,
+    TABLE1,
+    TARGETS,
+)
 from dsim.acceptance.vllm_metrics import vllm_domain
 from dsim.errors import InputError
 
@@ -30,7 +41,7 @@ class AcceptanceSource(Protocol):
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-_OPTIONS = {"spread", "spread_req", "overconf"}
+_OPTIONS = {"spread", "spread_req", "overconf", "rho"}
 _VLLM_OPTIONS = ("model", "since")  # string-valued, vllm: only
 _OPT_RE = re.compile(r"^(?P<body>.*?)(\[(?P<opts>[^\]]*)\])?$")
 
@@ -78,6 +89,8 @@ def _options(spec: str, text: str | None) -> dict[str, float]:
             raise _bad(spec, f"option {key.strip()!r} needs a number, got {value!r}") from None
     if out.get("overconf", 1.0) <= 0 or min(out.get("spread", 0), out.get("spread_req", 0)) < 0:
         raise _bad(spec, "overconf must be > 0 and spreads >= 0")
+    if not 0.0 <= out.get("rho", 0.0) < 1.0:
+        raise _bad(spec, "rho must lie in [0, 1)")
     return out
 
 
@@ -110,21 +123,37 @@ def _domain(spec: str, gamma: int) -> tuple[DomainModel, dict[str, float]]:
             **opts,
         }
     if kind == "preset":
-        drafter, _, domain = rest.partition(":")
-        if (drafter, domain) not in PRESETS:
-            raise _bad(spec, f"unknown preset; drafters {DRAFTERS}, domains {DOMAINS}")
-        tau, shape = PRESETS[drafter, domain]
-        o = {"spread": 1.0, "spread_req": 0.5, **opts}
-        shift = fit_shift(shape[:PRESET_GAMMA], tau, o["spread"], o["spread_req"])
-        return DomainModel(domain, shape, shift), o
+        drafter, _, rest = rest.partition(":")
+        domain, _, target = rest.partition(":")
+        if (drafter, domain) not in FITTED or (target or DEFAULT_TARGET) not in TARGETS:
+            raise _bad(
+                spec, f"unknown preset; drafters {DRAFTERS}, domains {DOMAINS}, targets {TARGETS}"
+            )
+        return _preset(drafter, domain, target or DEFAULT_TARGET, opts)
     if kind == "vllm":
-        o = {"spread": 1.0, "spread_req": 0.5, **opts}
+        o = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, **opts}
         model, since = strings.get("model"), strings.get("since")
         return vllm_domain(rest, gamma, o["spread"], o["spread_req"], model, since), o
     raise _bad(
         spec,
         "expected iid:A, positions:Q1,..., preset:DRAFTER:DOMAIN, vllm:SCRAPE, mix:... or a file",
     )
+
+
+def _preset(
+    drafter: str, domain: str, target: str, opts: dict[str, float]
+) -> tuple[DomainModel, dict[str, float]]:
+    """The fitted Qwen3-4B latent means at the target's level. At spreads other than the fitted
+    ones the level is refitted (one logit shift, so tau still matches Table 1; the curve's shape
+    then only approximately matches the paper's)."""
+    latent, shifts = FITTED[drafter, domain]
+    q = tuple(float(x) for x in expit(latent))
+    o = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, **opts}
+    if (o["spread"], o["spread_req"]) == (FIT_SPREAD, FIT_SPREAD_REQ):
+        shift = shifts[target]
+    else:
+        shift = fit_shift(q, TABLE1[target, drafter, domain], o["spread"], o["spread_req"])
+    return DomainModel(domain, q, shift), o
 
 
 def parse_acceptance(

@@ -5,6 +5,7 @@ Layout (every key but `policies` and the load axis is optional)::
     description = "what the sweep shows"
     policies = ["mtp1", "dspark"]
     baseline = "mtp1"                 # gains are reported over this policy (default: the first)
+    seeds = [0, 1, 2]                 # every point is run once per seed (default: run.seed)
 
     [run]                             # any RunSpec field but policy and the load axis
     trace = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
@@ -36,7 +37,7 @@ from dsim.policies import parse_policy
 from dsim.run import RunSpec, load_spec_workload
 
 LOAD_AXES = ("rate_scale", "max_seqs")
-_TOP_KEYS = {"description", "policies", "baseline", "run", "load", "sla"}
+_TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "sla"}
 _RUN_TYPES = get_type_hints(RunSpec)
 _RUN_KEYS = [f.name for f in fields(RunSpec) if f.name != "policy"]
 
@@ -53,13 +54,20 @@ class SweepConfig:
     load_axis: str
     loads: tuple[float, ...]
     sla_anchors: tuple[float, ...]
+    seeds: tuple[int, ...] = (0,)
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
-        """(policy, load, spec) for every point, policies outer, loads inner (ascending)."""
+        """(policy, load, spec) for every point: policies outer, then loads (ascending), seeds
+        innermost."""
         return [
-            (policy, load, replace(self.base, policy=policy, **{self.load_axis: _axis(self, load)}))
+            (
+                policy,
+                load,
+                replace(self.base, policy=policy, seed=seed, **{self.load_axis: _axis(self, load)}),
+            )
             for policy in self.policies
             for load in self.loads
+            for seed in self.seeds
         ]
 
 
@@ -87,6 +95,7 @@ def load_config(path: str | Path) -> SweepConfig:
         check.fail("baseline", f"{baseline!r} is not one of the policies")
     axis, loads = check.load_table(check.table(raw, "load"))
     base = check.run_table(check.table(raw, "run"), axis)
+    seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
     for policy in policies:
         check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
     sla = check.table(raw, "sla")
@@ -94,7 +103,15 @@ def load_config(path: str | Path) -> SweepConfig:
     anchors = check.number_list(sla, "anchors", "sla.", positive=True)
     _check_inputs(check, base)
     return SweepConfig(
-        path, description, base, policies, baseline, axis, tuple(loads), tuple(sorted(anchors))
+        path,
+        description,
+        base,
+        policies,
+        baseline,
+        axis,
+        tuple(loads),
+        tuple(sorted(anchors)),
+        seeds,
     )
 
 
@@ -162,6 +179,20 @@ class _Checker:
         if positive and any(v <= 0 for v in value):
             self.fail(f"{prefix}{key}", "values must be positive")
         return [float(v) for v in value]
+
+    def seeds(self, raw: dict, default: int, run_has_seed: bool) -> tuple[int, ...]:
+        """The seed axis: distinct non-negative integers; run.seed alone is one seed."""
+        if "seeds" not in raw:
+            return (default,)
+        if run_has_seed:
+            self.fail("seeds", "set either seeds or run.seed, not both")
+        value = raw["seeds"]
+        ok = isinstance(value, list) and value
+        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            self.fail("seeds", f"expected a non-empty list of integers, got {_kind(value)}")
+        if any(v < 0 for v in value) or len(set(value)) != len(value):
+            self.fail("seeds", "seeds must be distinct integers >= 0")
+        return tuple(value)
 
     def run_table(self, run: dict, axis: str) -> RunSpec:
         """The [run] table as a RunSpec: every key must be a RunSpec field of the right type."""

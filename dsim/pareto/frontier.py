@@ -4,6 +4,10 @@ Each sweep point is (x = median per-user tok/s, y = output tok/s). A policy's fr
 non-dominated points joined by straight lines: along it, y rises while x falls. Everything
 read off a frontier interpolates linearly between its points and never extrapolates past its
 ends, so "cannot meet" and "out of range" mean exactly that the sweep did not reach there.
+
+With several seeds, the frontier drawn and stored is that of the per-load means over seeds, and
+every figure read off it is computed on each seed's own frontier, then reported as the mean over
+seeds with its min and max.
 """
 
 from __future__ import annotations
@@ -13,6 +17,27 @@ import pandas as pd
 
 X, Y = "tps_p50", "throughput_tok_s"
 FRONTIER_COLUMNS = ["policy", "load", "point", X, Y]
+SPREAD_COLUMNS = [f"{X}_min", f"{X}_max", f"{Y}_min", f"{Y}_max", "seeds"]
+
+
+def seed_means(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per policy and load: every numeric figure averaged over seeds, the min and max of
+    x and y over seeds, the number of seeds, and the point keys joined by commas."""
+    group = points.groupby(["policy", "load"], sort=False)
+    numeric = [c for c in points.select_dtypes("number").columns if c not in ("load", "seed")]
+    spread = group[[X, Y]].agg(["min", "max"])
+    spread.columns = [f"{c}_{stat}" for c, stat in spread.columns]
+    out = group[numeric].mean().join(spread)
+    out["seeds"] = group.size()
+    out["point"] = group["point"].agg(",".join)
+    return out.reset_index()
+
+
+def seed_fronts(points: pd.DataFrame) -> list[pd.DataFrame]:
+    """Each seed's own frontier (one frontier when the table has no seed column)."""
+    if "seed" not in points:
+        return [pareto_front(points)]
+    return [pareto_front(p) for _, p in points.groupby("seed", sort=True)]
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
@@ -28,7 +53,7 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
         keep = np.concatenate([[True], y[1:] > np.maximum.accumulate(y)[:-1]])[: len(y)]
         parts.append(p[keep])
     front = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    return front.reindex(columns=FRONTIER_COLUMNS)
+    return front.reindex(columns=FRONTIER_COLUMNS + [c for c in SPREAD_COLUMNS if c in points])
 
 
 def _curve(front: pd.DataFrame, policy: str) -> tuple[np.ndarray, np.ndarray]:
@@ -58,15 +83,23 @@ def throughput_at_sla(front: pd.DataFrame, policy: str, sla_tps: float) -> float
 
 
 def matched_gains(
-    front: pd.DataFrame, policies: list[str], baseline: str, levels: int = 6
+    front: pd.DataFrame,
+    policies: list[str],
+    baseline: str,
+    levels: int = 6,
+    fronts: list[pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Per-user speed gain over the baseline at `levels` throughputs every frontier covers.
 
-    The levels are evenly spaced over the throughput range all the policies' frontiers share,
-    so each level compares every policy at the same throughput. Where the ranges share nothing,
-    the baseline's range is used and a policy that does not reach a level gets NaN there.
+    Speeds and gains are read off each of `fronts` (the per-seed frontiers; default `front`
+    alone) and given as the mean over them, with the gain's min and max. The levels are evenly
+    spaced over the throughput range all those frontiers of all the policies share, so each
+    level compares every policy at the same throughput in every seed. Where the ranges share
+    nothing, the baseline's range on `front` is used and a frontier that does not reach a level
+    gives NaN there.
     """
-    ranges = [_curve(front, p)[1] for p in policies]
+    fronts = [front] if fronts is None else fronts
+    ranges = [_curve(f, p)[1] for f in fronts for p in policies]
     ranges = [(y[0], y[-1]) for y in ranges if len(y)]
     lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
     if lo > hi:
@@ -74,38 +107,57 @@ def matched_gains(
         lo, hi = base_y[0], base_y[-1]
     rows = []
     for level in np.linspace(lo, hi, levels) if hi > lo else [lo]:
-        base = speed_at_throughput(front, baseline, level)
+        base = np.array([speed_at_throughput(f, baseline, level) for f in fronts])
         for policy in policies:
             if policy == baseline:
                 continue
-            speed = speed_at_throughput(front, policy, level)
+            speed = np.array([speed_at_throughput(f, policy, level) for f in fronts])
+            gain = speed / base - 1.0
             rows.append(
                 {
                     "policy": policy,
                     "throughput_tok_s": float(level),
-                    "tps_p50": speed,
-                    "baseline_tps_p50": base,
-                    "gain": speed / base - 1.0,
+                    "tps_p50": float(np.mean(speed)),
+                    "baseline_tps_p50": float(np.mean(base)),
+                    "gain": float(np.mean(gain)),
+                    "gain_min": float(np.min(gain)),
+                    "gain_max": float(np.max(gain)),
                 }
             )
     columns = ["policy", "throughput_tok_s", "tps_p50", "baseline_tps_p50", "gain"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=[*columns, "gain_min", "gain_max"])
 
 
 def sla_throughputs(
-    front: pd.DataFrame, policies: list[str], baseline: str, anchors: list[float]
+    front: pd.DataFrame,
+    policies: list[str],
+    baseline: str,
+    anchors: list[float],
+    fronts: list[pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Max throughput of each policy at each anchor, and its ratio to the baseline's.
 
     The ratio is inf where only the baseline cannot meet the anchor, NaN where the policy can't.
+    Read off each of `fronts` (per-seed frontiers; default `front`): the mean over seeds, with
+    the ratio's min and max (NaN as soon as one seed cannot meet the anchor).
     """
+    fronts = [front] if fronts is None else fronts
     rows = []
     for anchor in anchors:
-        base = throughput_at_sla(front, baseline, anchor)
+        base = np.array([throughput_at_sla(f, baseline, anchor) for f in fronts])
         for policy in policies:
-            best = throughput_at_sla(front, policy, anchor)
-            ratio = best / base if base > 0 else (np.inf if best > 0 else np.nan)
+            best = np.array([throughput_at_sla(f, policy, anchor) for f in fronts])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(base > 0, best / base, np.where(best > 0, np.inf, np.nan))
             rows.append(
-                {"sla_tps": anchor, "policy": policy, "max_throughput_tok_s": best, "ratio": ratio}
+                {
+                    "sla_tps": anchor,
+                    "policy": policy,
+                    "max_throughput_tok_s": float(np.mean(best)),
+                    "ratio": float(np.mean(ratio)),
+                    "ratio_min": float(np.min(ratio)),
+                    "ratio_max": float(np.max(ratio)),
+                }
             )
-    return pd.DataFrame(rows, columns=["sla_tps", "policy", "max_throughput_tok_s", "ratio"])
+    columns = ["sla_tps", "policy", "max_throughput_tok_s", "ratio", "ratio_min", "ratio_max"]
+    return pd.DataFrame(rows, columns=columns)

@@ -9,7 +9,13 @@ import pandas as pd
 
 from dsim.fileio import write_parquet, write_with
 from dsim.pareto.config import SweepConfig, load_config
-from dsim.pareto.frontier import matched_gains, pareto_front, sla_throughputs
+from dsim.pareto.frontier import (
+    matched_gains,
+    pareto_front,
+    seed_fronts,
+    seed_means,
+    sla_throughputs,
+)
 from dsim.pareto.plots import plot_load, plot_pareto
 from dsim.pareto.report import render_report
 from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
@@ -25,14 +31,15 @@ def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
     """points.parquet, frontier.parquet, pareto.png, load.png and report.md, each atomically."""
     policies = list(cfg.policies)
-    front = pareto_front(points)
-    gains = matched_gains(front, policies, cfg.baseline)
-    sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors))
+    means, fronts = seed_means(points), seed_fronts(points)
+    front = pareto_front(means)
+    gains = matched_gains(front, policies, cfg.baseline, fronts=fronts)
+    sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors), fronts=fronts)
     for name, table in (("points", points), ("frontier", front)):
         write_parquet(table, out / f"{name}.parquet")
     title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
     plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
-    plot_load(points, title, out / "load.png")
+    plot_load(means, title, out / "load.png")
     report = render_report(cfg, points, gains, sla)
     write_with(out / "report.md", lambda tmp: tmp.write_text(report))
 

@@ -38,7 +38,10 @@ def _colors(policies: list[str]) -> dict[str, tuple]:
 def plot_pareto(
     points: pd.DataFrame, front: pd.DataFrame, anchors: list[float], title: str, path: Path
 ) -> None:
-    """Throughput vs median per-user speed: points, frontier line per policy, SLA anchors."""
+    """Throughput vs median per-user speed: points, frontier line per policy, SLA anchors.
+
+    With several seeds the line is the frontier of the per-load means, its points carry the
+    min-max range over seeds as error bars, and the single-seed points are drawn faintly."""
     policies = list(points["policy"].unique())
     color = _colors(policies)
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -46,6 +49,12 @@ def plot_pareto(
         p, f = points[points["policy"] == policy], front[front["policy"] == policy]
         ax.scatter(p[X], p[Y], s=18, color=color[policy], alpha=0.6)
         ax.plot(f[X], f[Y], "-", color=color[policy], label=policy, linewidth=1.8)
+        if "seeds" in f and f["seeds"].max() > 1:
+            ax.errorbar(
+                f[X], f[Y], fmt="none", ecolor=color[policy], elinewidth=1, capsize=2,
+                xerr=[f[X] - f[f"{X}_min"], f[f"{X}_max"] - f[X]],
+                yerr=[f[Y] - f[f"{Y}_min"], f[f"{Y}_max"] - f[Y]],
+            )  # fmt: skip
     for anchor in anchors:
         ax.axvline(anchor, color="0.4", linestyle=":", linewidth=1)
         ax.annotate(
@@ -63,12 +72,17 @@ def plot_pareto(
 
 
 def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
-    """Throughput and mean verify budget per request against mean concurrency."""
+    """Throughput and mean verify budget per request against mean concurrency (means over seeds,
+    with the throughput's min-max range over seeds shaded)."""
     policies = list(points["policy"].unique())
     color = _colors(policies)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for policy in policies:
         p = points[points["policy"] == policy].sort_values("mean_batch_size")
+        if "seeds" in p and p["seeds"].max() > 1:
+            top.fill_between(
+                p["mean_batch_size"], p[f"{Y}_min"], p[f"{Y}_max"], color=color[policy], alpha=0.2
+            )
         style = dict(color=color[policy], marker="o", markersize=3, label=policy)
         top.plot(p["mean_batch_size"], p[Y], **style)
         bottom.plot(p["mean_batch_size"], p["mean_verify_budget"], **style)

@@ -23,7 +23,21 @@ def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.0%}"
 
 
-def gains_section(gains: pd.DataFrame, baseline: str) -> str:
+def _called(lo: float, hi: float, null: float) -> bool:
+    """A difference is called only where every seed puts it on the same side of `null`."""
+    return lo > null or hi < null
+
+
+def _gain(hit: pd.Series, seeds: int) -> str:
+    """Gain, with its min..max over seeds and a `~` where that range contains no change."""
+    if seeds == 1:
+        return _pct(hit["gain"])
+    lo, hi = hit["gain_min"], hit["gain_max"]
+    mark = "" if _called(lo, hi, 0.0) else " ~"
+    return f"{_pct(hit['gain'])} [{_pct(lo)}..{_pct(hi)}]{mark}"
+
+
+def gains_section(gains: pd.DataFrame, baseline: str, seeds: int = 1) -> str:
     """Gain over the baseline at each matched throughput, and each policy's range."""
     if gains.empty:
         return "No policy's frontier overlaps the baseline's in throughput.\n"
@@ -42,7 +56,7 @@ def gains_section(gains: pd.DataFrame, baseline: str) -> str:
         for policy in policies:
             hit = by_level.loc[(policy, level)]
             reached = not math.isnan(hit["tps_p50"])
-            row.append(f"{hit['tps_p50']:.1f} ({_pct(hit['gain'])})" if reached else "n/a")
+            row.append(f"{hit['tps_p50']:.1f} ({_gain(hit, seeds)})" if reached else "n/a")
         detail.append(row)
     return (
         markdown_table(
@@ -54,7 +68,7 @@ def gains_section(gains: pd.DataFrame, baseline: str) -> str:
     )
 
 
-def sla_section(sla: pd.DataFrame, baseline: str) -> str:
+def sla_section(sla: pd.DataFrame, baseline: str, seeds: int = 1) -> str:
     """Max throughput per policy at each anchor; the ratio to the baseline in brackets."""
     if sla.empty:
         return "No SLA anchors configured.\n"
@@ -71,15 +85,25 @@ def sla_section(sla: pd.DataFrame, baseline: str) -> str:
                 cells.append(f"{best:.0f}")
             else:
                 shown = f"{baseline} cannot meet" if math.isinf(ratio) else f"x{ratio:.2f}"
+                if seeds > 1 and not math.isinf(ratio):
+                    lo, hi = hit["ratio_min"], hit["ratio_max"]
+                    mark = "" if _called(lo, hi, 1.0) else " ~"
+                    shown += f" [x{lo:.2f}..x{hi:.2f}]{mark}"
                 cells.append(f"{best:.0f} ({shown})")
         rows.append(cells)
     return markdown_table(["SLA tok/s/user", *policies], rows) + "\n"
 
 
 def points_section(points: pd.DataFrame, axis: str) -> str:
-    header = ["policy", axis, *(label for label, _ in _POINT_COLUMNS.values())]
+    seeds = "seed" in points and points["seed"].nunique() > 1
+    header = [
+        "policy",
+        axis,
+        *(["seed"] if seeds else []),
+        *(v[0] for v in _POINT_COLUMNS.values()),
+    ]
     rows = [
-        [row["policy"], f"{row['load']:g}"]
+        [row["policy"], f"{row['load']:g}", *([f"{row['seed']}"] if seeds else [])]
         + [fmt.format(row[col]) for col, (_, fmt) in _POINT_COLUMNS.items()]
         for _, row in points.iterrows()
     ]
@@ -89,27 +113,36 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
 def render_report(
     cfg: SweepConfig, points: pd.DataFrame, gains: pd.DataFrame, sla: pd.DataFrame
 ) -> str:
-    spec = cfg.base
+    spec, seeds = cfg.base, len(cfg.seeds)
+    seed_text = f"seed {spec.seed}" if seeds == 1 else f"seeds {', '.join(map(str, cfg.seeds))}"
+    spread = (
+        "One seed: no spread is measured, so differences of a few percent are not established.\n"
+        if seeds == 1
+        else f"Each figure is the mean over {seeds} seeds, read off each seed's own frontier; "
+        "[min..max] is its range over the seeds. A difference is called only where it exceeds "
+        "that spread, i.e. every seed puts it on the same side (gain of 0, ratio of 1); "
+        "`~` marks the figures where it does not.\n"
+    )
     setup = (
         f"- trace `{spec.trace}`" + (f", window {spec.window} s" if spec.window else "") + "\n"
         f"- profile `{spec.profile}`, gamma {spec.gamma}, acceptance `{spec.acceptance}`\n"
-        f"- draft cost `{spec.draft_cost}`, KV budget {spec.kv_tokens} tokens, seed {spec.seed}\n"
+        f"- draft cost `{spec.draft_cost}`, KV budget {spec.kv_tokens} tokens, {seed_text}\n"
         f"- load axis `{cfg.load_axis}`: {', '.join(f'{v:g}' for v in cfg.loads)}\n"
         f"- {len(points)} points; baseline `{cfg.baseline}`; speeds are medians over requests\n"
     )
     return (
         f"# Pareto sweep: {cfg.path.stem}\n\n"
         + (f"{cfg.description}\n\n" if cfg.description else "")
-        + f"Config `{cfg.path}`.\n\n{setup}\n"
+        + f"Config `{cfg.path}`.\n\n{setup}\n{spread}\n"
         + f"## Per-user speed at matched throughput (over `{cfg.baseline}`)\n\n"
         + "Interpolated linearly on each policy's Pareto frontier, only inside the throughput "
         + "range all the frontiers share.\n\n"
-        + gains_section(gains, cfg.baseline)
+        + gains_section(gains, cfg.baseline, seeds)
         + "\n## Maximum throughput at each SLA anchor (tok/s)\n\n"
         + "Highest throughput on the frontier whose median per-user speed meets the anchor "
         + '(interpolated between swept points); "cannot meet" = not even at the lightest load.'
         + "\n\n"
-        + sla_section(sla, cfg.baseline)
+        + sla_section(sla, cfg.baseline, seeds)
         + "\n## All points\n\n"
         + "Concurrency is the mean number of running requests per step (time-weighted).\n\n"
         + points_section(points, cfg.load_axis)

@@ -157,7 +157,7 @@ def run_sweep(
         if progress:
             progress(done)
     rows = [
-        {"policy": p.policy, "load": p.load, "point": p.key}
+        {"policy": p.policy, "load": p.load, "seed": p.spec.seed, "point": p.key}
         | dict(sorted(summaries[p.key].items()))
         for p in points
     ]  # summary fields sorted: the same columns whether a point was run now or read back

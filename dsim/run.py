@@ -11,10 +11,10 @@ import pandas as pd
 import simpy
 
 from dsim.acceptance.sources import parse_acceptance
+from dsim.checks import check_number, parse_number
 from dsim.engine.backend import Backend, Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
-from dsim.errors import InputError
 from dsim.fileio import atomic_dir, write_json
 from dsim.hardware.latency import LatencyModel
 from dsim.metrics import REQUEST_COLUMNS, summarize
@@ -47,6 +47,17 @@ class RunSpec:
     sla_tps: float | None = None
     calibration: str | None = None
 
+    def __post_init__(self) -> None:
+        """Every number finite and in range (a NaN rate or SLA would stall simulated time)."""
+        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
+            check_number(getattr(self, name), name, ge=1, integer=True)
+        check_number(self.seed, "seed", ge=0, integer=True)
+        check_number(self.rate_scale, "rate_scale", gt=0)
+        if self.max_requests is not None:
+            check_number(self.max_requests, "max_requests", ge=1, integer=True)
+        if self.sla_tps is not None:
+            check_number(self.sla_tps, "sla_tps", gt=0)
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -60,11 +71,9 @@ class RunResult:
 
 
 def _window(text: str) -> tuple[float, float | None]:
-    start, sep, end = text.partition(":")
-    try:
-        return float(start or 0), (float(end) if end else None)
-    except ValueError:
-        raise InputError(None, None, f"--window {text!r}: expected START:END in seconds") from None
+    start, _, end = text.partition(":")
+    lo = parse_number(start or "0", "--window START", ge=0)
+    return lo, (parse_number(end, "--window END", gt=lo) if end else None)
 
 
 def load_spec_workload(spec: RunSpec) -> Workload:
@@ -72,7 +81,7 @@ def load_spec_workload(spec: RunSpec) -> Workload:
     workload = load_workload(spec.trace, spec.seed)
     if spec.window:
         workload = workload.window(*_window(spec.window))
-    if spec.max_requests:
+    if spec.max_requests is not None:
         workload = workload.head(spec.max_requests)
     return workload.scale_rate(spec.rate_scale)
 

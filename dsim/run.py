@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.fileio import atomic_dir, write_json
 from dsim.hardware.latency import LatencyModel
+from dsim.inputs import recording
 from dsim.metrics import REQUEST_COLUMNS, summarize
 from dsim.policies import parse_policy
 from dsim.workload import Workload, load_workload
@@ -84,6 +86,31 @@ def load_spec_workload(spec: RunSpec) -> Workload:
     if spec.max_requests is not None:
         workload = workload.head(spec.max_requests)
     return workload.scale_rate(spec.rate_scale)
+
+
+def input_files(spec: RunSpec) -> tuple[str, ...]:
+    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one.
+
+    Found by building the spec's inputs while `dsim.inputs.recording()` watches, so files named
+    inside specs (`synthetic:...,lengths=FILE`, `mix:` parts, calibrations, trace sidecars)
+    and any future source that reads through `input_file` are listed by construction.
+    """
+    return _input_files(
+        spec.trace, spec.acceptance, spec.gamma, spec.calibration, spec.profile, spec.draft_cost
+    )
+
+
+@lru_cache(maxsize=256)
+def _input_files(
+    trace: str, acceptance: str, gamma: int, calibration: str | None, profile: str, draft_cost: str
+) -> tuple[str, ...]:
+    with recording() as reads:
+        load_workload(trace)
+        parse_acceptance(acceptance, gamma, calibration)
+        LatencyModel.from_csv(profile)
+        parse_draft_cost(draft_cost)
+    sidecars = {str(Path(f).with_suffix(".json")) for f in reads}
+    return tuple(sorted(reads | {f for f in sidecars if Path(f).is_file()}))
 
 
 def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:

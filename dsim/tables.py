@@ -76,7 +76,7 @@ def numeric_column(
         (positive, values <= 0, "must be positive"),
         (nonnegative, values < 0, "must not be negative"),
         (integer, values != np.round(values), "must be an integer"),
-        (at_most is not None, values > (at_most or 0), f"must be at most {at_most:g}"),
+        (at_most is not None, values > (at_most or 0), f"must be at most {at_most}"),
     ):
         if flag and fails.any():
             i = int(np.argmax(fails))

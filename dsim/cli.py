@@ -13,6 +13,7 @@ import typer
 
 from dsim.acceptance import commands as acceptance_commands
 from dsim.errors import InputError, Interrupted, SimulationStuck
+from dsim.fileio import check_output_dir
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
@@ -22,6 +23,7 @@ from dsim.run import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_PROFILE,
     DEFAULT_TRACE,
+    RUN_OWNER,
     RunSpec,
     simulate,
     write_run,
@@ -99,6 +101,8 @@ def run(
         sla_tps,
         calibration,
     )
+    if out is not None:
+        check_output_dir(out, RUN_OWNER)  # before the work, not after it
     if real:
         with progress_bar("serving (real)", total=1, enabled=progress) as update:
             result = validate_commands.real_run(

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
 DEFAULT_ACCEPTANCE = "preset:dspark:chat"
+RUN_OWNER = "summary.json"  # the file that marks a folder as a dsim run's output
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,16 @@ def run_engine(
     return RunResult(requests, summary, steps, workload.output_tokens)
 
 
-def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:
-    """requests.parquet + summary.json (+ the spec), written as a whole or not at all."""
-    with atomic_dir(out) as tmp:
+def write_run(
+    result: RunResult,
+    spec: RunSpec,
+    out: str | Path,
+    extra: Callable[[Path], None] | None = None,
+) -> None:
+    """requests.parquet + summary.json (+ the spec, + what `extra(folder)` adds), replacing an
+    earlier run's folder as a whole or not at all."""
+    with atomic_dir(out, RUN_OWNER) as tmp:
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
         write_json(tmp / "summary.json", {**result.summary, "spec": spec.as_dict()})
+        if extra is not None:
+            extra(tmp)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.fileio import write_with
+from dsim.errors import InputError
+from dsim.fileio import staged_files
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.frontier import matched_gains, pareto_front, sla_throughputs
 from dsim.pareto.plots import plot_load, plot_pareto
@@ -23,18 +24,19 @@ def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, 
 
 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
-    """points.parquet, frontier.parquet, pareto.png, load.png and report.md, each atomically."""
+    """points.parquet, frontier.parquet, pareto.png, load.png and report.md, as one set."""
     policies = list(cfg.policies)
     front = pareto_front(points)
     gains = matched_gains(front, policies, cfg.baseline)
     sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors))
-    for name, table in (("points", points), ("frontier", front)):
-        write_with(out / f"{name}.parquet", lambda tmp, t=table: t.to_parquet(tmp, index=False))
     title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
-    plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
-    plot_load(points, title, out / "load.png")
     report = render_report(cfg, points, gains, sla)
-    write_with(out / "report.md", lambda tmp: tmp.write_text(report))
+    with staged_files(out) as tmp:  # the five outputs are replaced together
+        for name, table in (("points", points), ("frontier", front)):
+            table.to_parquet(tmp / f"{name}.parquet", index=False)
+        plot_pareto(points, front, list(cfg.sla_anchors), title, tmp / "pareto.png")
+        plot_load(points, title, tmp / "load.png")
+        (tmp / "report.md").write_text(report)
 
 
 def run_pareto(
@@ -48,6 +50,8 @@ def run_pareto(
 ) -> pd.DataFrame:
     """Run (or resume) the prepared sweep and write every output under `out`."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, None, "exists and is not a folder: choose another --out")
     table = run_sweep(points, out, executor, jobs, address, progress)
     table.insert(1, "load_axis", cfg.load_axis)
     write_outputs(cfg, table, out)

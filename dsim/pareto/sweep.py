@@ -49,7 +49,8 @@ def point_key(spec: RunSpec) -> str:
     """16 hex digits of SHA-256 over the spec, the contents of every file a simulation of it
     reads (`input_files`: files named inside specs and sidecars too) and dsim's simulation code
     (`code_digest`): change any of them behind an unchanged path and the point is run again."""
-    inputs = {f: _file_digest(f, *_identity(f)) for f in input_files(spec)}
+    inputs = sorted(_file_digest(f, *_identity(f)) for f in input_files(spec))  # not paths:
+    # the spec names them, and a sweep folder moved with its inputs keeps its points
     blob = json.dumps(
         {"spec": spec.as_dict(), "inputs": inputs, "code": code_digest()}, sort_keys=True
     )

@@ -10,7 +10,6 @@ from pathlib import Path
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
 from dsim.errors import InputError
-from dsim.fileio import atomic_path
 from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle, parse_policy
@@ -115,6 +114,5 @@ def run_real(
 
 def write_real_run(run: RealRun, out: str | Path) -> None:
     """What `dsim run` writes, plus texts.jsonl (one generated text per request)."""
-    write_run(run.result, run.spec, out)
-    with atomic_path(Path(out) / "texts.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts))
+    texts = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts)
+    write_run(run.result, run.spec, out, lambda folder: (folder / "texts.jsonl").write_text(texts))

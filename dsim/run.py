@@ -75,8 +75,8 @@ class RunResult:
 
 def _window(text: str) -> tuple[float, float | None]:
     start, _, end = text.partition(":")
-    lo = parse_number(start or "0", "--window START", ge=0)
-    return lo, (parse_number(end, "--window END", gt=lo) if end else None)
+    lo = parse_number(start or "0", f"--window {text!r}: START", ge=0)
+    return lo, (parse_number(end, f"--window {text!r}: END", gt=lo) if end else None)
 
 
 def load_spec_workload(spec: RunSpec) -> Workload:

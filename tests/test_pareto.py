@@ -59,7 +59,10 @@ def _config(tmp_path: Path, text: str = TINY) -> Path:
         (('"dspark"]', '"dspark", "bogus"]'), "policies: unknown policy 'bogus'"),
         (("[sla]", "colour = 1\n[sla]"), "load.colour: unknown key"),
         (("policies", "polices"), "polices: unknown key"),
-        (("gamma = 4", 'gamma = 4\nwindow = "a:b"'), "run.trace: --window 'a:b': START must be a number"),
+        (
+            ("gamma = 4", 'gamma = 4\nwindow = "a:b"'),
+            "run.trace: --window 'a:b': START must be a number",
+        ),
     ],
 )
 def test_config_errors_are_one_line_exit_2_and_write_nothing(

@@ -15,12 +15,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -42,30 +40,31 @@ class Point:
 
 
 def make_points(specs: Iterable[tuple[str, float, RunSpec]]) -> list[Point]:
-    return [Point(policy, load, spec, point_key(spec)) for policy, load, spec in specs]
+    digests: dict[str, str] = {}  # each input file is read once per sweep, not once per point
+    return [Point(policy, load, spec, point_key(spec, digests)) for policy, load, spec in specs]
 
 
-def point_key(spec: RunSpec) -> str:
+def point_key(spec: RunSpec, digests: dict[str, str] | None = None) -> str:
     """16 hex digits of SHA-256 over the spec, the contents of every file a simulation of it
     reads (`input_files`: files named inside specs and sidecars too) and dsim's simulation code
-    (`code_digest`): change any of them behind an unchanged path and the point is run again."""
-    inputs = sorted(_file_digest(f, *_identity(f)) for f in input_files(spec))  # not paths:
-    # the spec names them, and a sweep folder moved with its inputs keeps its points
+    (`code_digest`): change any of them behind an unchanged path and the point is run again.
+
+    Files are hashed afresh on every call (`digests` only shares them between the points of one
+    sweep): a cache keyed on size and mtime would miss an edit within one clock tick.
+    """
+    digests = {} if digests is None else digests
+    for path in input_files(spec):
+        if path not in digests:
+            digests[path] = _file_digest(path)
+    inputs = sorted(digests[path] for path in input_files(spec))  # not the paths: the spec
+    # names them, and a sweep folder moved together with its inputs keeps its points
     blob = json.dumps(
         {"spec": spec.as_dict(), "inputs": inputs, "code": code_digest()}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _identity(path: str) -> tuple[int, int, int]:
-    info = os.stat(path)
-    return info.st_ino, info.st_mtime_ns, info.st_size
-
-
-@lru_cache(maxsize=256)
-def _file_digest(path: str, inode: int, mtime_ns: int, size: int) -> str:
-    """SHA-256 of a file; cached per (path, inode, mtime, size): an atomic rewrite is a new
-    inode, an edit in place a new mtime, so a long session still sees every change."""
+def _file_digest(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -31,7 +31,9 @@ def check_number(
     """`value` if it is a finite real number within the given bounds; else an InputError."""
     limits = {"gt": gt, "ge": ge, "lt": lt, "le": le}
     wanted = [
-        f"{sym} {limits[key]:g}" for key, sym, _ in (*_BOUNDS, *_UPPER) if limits[key] is not None
+        f"{sym} {_fmt(limits[key])}"
+        for key, sym, _ in (*_BOUNDS, *_UPPER)
+        if limits[key] is not None
     ]
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and all(

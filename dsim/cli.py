@@ -6,6 +6,7 @@ import errno
 import math
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, NoReturn, get_args
 
@@ -168,13 +169,28 @@ def _fail(message: str, code: int) -> NoReturn:
 def main() -> None:
     """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
     (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
-    (one line, no final outputs written)."""
+    (one line, no final outputs written). Warnings (torch's, say) are shown after a command
+    that succeeds and dropped when it fails, so an error stays one line."""
     try:
         previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
     except ValueError:  # not the main thread (an embedding caller): keep its handlers
         previous = {}
     try:
-        code = harden(typer.main.get_command(app)).main(prog_name="dsim", standalone_mode=False)
+        with warnings.catch_warnings(record=True) as caught:
+            code = _dispatch()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _dispatch() -> Any:
+    """Run the command line; every failure becomes one line on stderr and its exit code."""
+    try:
+        return harden(typer.main.get_command(app)).main(prog_name="dsim", standalone_mode=False)
     except InputError as err:
         _fail(f"error: {err}", 2)
     except Interrupted as exc:
@@ -194,8 +210,3 @@ def main() -> None:
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"error: {where}{exc.strerror or exc}", 2 if exc.errno in _PATH_ERRNOS else 1)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if isinstance(code, int) and code:
-        sys.exit(code)

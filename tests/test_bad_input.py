@@ -6,13 +6,16 @@ import errno
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import write_flat_profile
 
+from dsim import cli
 from dsim.cli import main
+from dsim.errors import InputError
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW1 = "2023-11-16 18:15:46.6805900,374,44\n"
@@ -282,3 +285,22 @@ def test_summary_is_strict_json(monkeypatch, tmp_path):
     out = tmp_path / "o"
     _run_to(monkeypatch, out)
     json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+
+
+def test_warnings_never_come_before_the_error_line(monkeypatch, capsys, tmp_path):
+    def warn_then(fail: bool):
+        def simulate(spec, progress=None):
+            warnings.warn("torch says hello", UserWarning, stacklevel=1)
+            if fail:
+                raise InputError("x.csv", 3, "bad")
+            return real_simulate(spec, progress)
+
+        return simulate
+
+    real_simulate = cli.simulate
+    monkeypatch.setattr(cli, "simulate", warn_then(True))
+    code, err = _fails(monkeypatch, capsys, tmp_path / "o")
+    assert code == 2 and err == "dsim: error: x.csv: row 3: bad\n"
+    monkeypatch.setattr(cli, "simulate", warn_then(False))
+    with pytest.warns(UserWarning, match="torch says hello"):  # re-emitted after a success
+        _run_to(monkeypatch, tmp_path / "o")

@@ -245,3 +245,39 @@ def test_a_changed_input_reruns_the_point_in_a_sweep(tmp_path):
     assert first["point"][0] != second["point"][0]
     assert first["throughput_tok_s"][0] != second["throughput_tok_s"][0]
     assert len(list((out / "points").iterdir())) == 2
+
+
+# -- sweep configs: NaN and infinities in TOML are refused up front ------------------------------
+CONFIG = (
+    f'policies = ["mtp1"]\n[run]\ntrace = "synthetic:n=5"\nprofile = "{PROFILE}"\n'
+    "gamma = 4\n[load]\nrate_scale = [1, 2]\n[sla]\nanchors = [100]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "rate_scale = [1, 2]",
+            "rate_scale = [1, nan]",
+            "load.rate_scale: values must be a finite",
+        ),
+        ("rate_scale = [1, 2]", "rate_scale = [inf]", "load.rate_scale: values must be a finite"),
+        ("anchors = [100]", "anchors = [-inf]", "sla.anchors: values must be a finite"),
+        ("gamma = 4", "gamma = 4\nsla_tps = nan", "run.sla_tps: sla_tps must be a finite"),
+        ("gamma = 4", "gamma = 4\nseed = -1", "run.seed: seed must be an integer >= 0"),
+        ("gamma = 4", 'gamma = 4\ndraft_cost = "ratio:nan"', "run.draft_cost: --draft-cost"),
+    ],
+)
+def test_sweep_config_numbers_must_be_finite(monkeypatch, capsys, tmp_path, old, new, expected):
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG.replace(old, new))
+    out = tmp_path / "out"
+    argv = ["dsim", "pareto", "--config", str(config), "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert f"{config}: {expected}" in err
+    assert not out.exists()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import signal
 import sys
+import warnings
+from typing import Any, NoReturn, get_args
 
 import typer
 
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
-from dsim.errors import InputError
+from dsim.errors import InputError, Interrupted, SimulationStuck
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
@@ -32,21 +37,96 @@ for module in (
     module.register(app)
 
 
+def _numeric_kind(param) -> type | None:
+    """float or int when a parameter takes one (optionally None), else None."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    kinds = [k for k in (get_args(annotation) or (annotation,)) if k is not type(None)]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (float, int) else None
+
+
+def _checked(kind: type, callback):
+    """A parameter callback: floats finite (NaN slips past checks like `x <= 0`), ints >= 0
+    (every dsim integer option counts something); then the parameter's own callback."""
+
+    def check(ctx, param, value):
+        if value is not None and not (math.isfinite(value) and (kind is float or value >= 0)):
+            rule = "a finite number" if kind is float else "a non-negative integer"
+            raise typer.BadParameter(f"expected {rule}, got {value!r}", ctx=ctx, param=param)
+        return value if callback is None else callback(ctx, param, value)
+
+    return check
+
+
+def harden(command) -> Any:
+    """Check every float and int parameter of `command` and its subcommands, so options added
+    later are covered without anyone remembering to check them."""
+    for param in command.params:
+        kind = _numeric_kind(param)
+        if kind is not None:
+            param.callback = _checked(kind, param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        harden(sub)
+    return command
+
+
+def _interrupt(signum: int, frame) -> None:
+    for sig in _SIGNALS:  # a second Ctrl-C must not cut the cleanup short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Input errors: a path the user named cannot be used as asked.
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR}
+_PATH_ERRNOS |= {errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTEMPTY}
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"dsim: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Entry point: bad input becomes one line on stderr and exit code 2."""
+    """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
+    (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
+    (one line, no final outputs written). Warnings (torch's, say) are shown after a command
+    that succeeds and dropped when it fails, so an error stays one line."""
     try:
-        app(standalone_mode=False)
+        previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
+    except ValueError:  # not the main thread (an embedding caller): keep its handlers
+        previous = {}
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            code = _dispatch()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _dispatch() -> Any:
+    """Run the command line; every failure becomes one line on stderr and its exit code."""
+    try:
+        return harden(typer.main.get_command(app)).main(prog_name="dsim", standalone_mode=False)
     except InputError as err:
-        print(f"dsim: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _fail(f"error: {err}", 2)
+    except Interrupted as exc:
+        _fail(f"interrupted by {signal.Signals(exc.signum).name}", 128 + exc.signum)
+    except typer.TyperException as exc:  # typer's usage errors: a bad or missing option
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()
+        else:
+            _fail(f"error: {exc.format_message()} (see --help)", exc.exit_code)
+        sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        print("dsim: aborted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as exc:  # click usage errors carry their own exit code
-        code = getattr(exc, "exit_code", None)
-        if code is not None and hasattr(exc, "show"):
-            exc.show()
-            sys.exit(code)
-        raise
+    except typer.Abort:
+        _fail("aborted", 1)
+    except SimulationStuck as exc:
+        _fail(f"error: simulation stuck: {exc}", 1)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"error: {where}{exc.strerror or exc}", 2 if exc.errno in _PATH_ERRNOS else 1)

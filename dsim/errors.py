@@ -17,3 +17,18 @@ class InputError(Exception):
     def __str__(self) -> str:
         where = [p for p in (self.path, None if self.row is None else f"row {self.row}") if p]
         return ": ".join([*where, self.problem])
+
+    def __reduce__(self):  # rebuilt from its three parts when a worker process sends it back
+        return type(self), (self.path, self.row, self.problem)
+
+
+class SimulationStuck(RuntimeError):
+    """The engine stopped advancing time (a bug or an input no check caught): names the state."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; the CLI exits 128 + signal number with one line."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signum)

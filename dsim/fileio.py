@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -14,6 +15,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from dsim.errors import InputError
 
 # Version of the layout of dsim's output tables and summary.json; bump it when a column or key
 # changes meaning or disappears (adding one does not need a bump).
@@ -47,8 +50,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def write_json(path: str | Path, obj: Any) -> None:
+    """Strict JSON: NaN and infinities (an undefined metric) are written as null."""
+    text = json.dumps(_strict(obj), indent=2, sort_keys=True, default=_jsonable, allow_nan=False)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+        tmp.write_text(text + "\n")
+
+
+def _strict(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:
+        obj = obj.item()
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
 def write_parquet(df: pd.DataFrame, path: str | Path) -> None:
@@ -67,23 +82,67 @@ def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
-@contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Build a directory under a temporary name and move it into place only on success.
+def check_output_dir(path: str | Path, owner: str) -> None:
+    """An output folder dsim may replace: absent, empty, or holding `owner` (so dsim wrote it).
 
-    An existing directory is replaced file by file (files the new run did not write stay).
+    Anything else (a file, someone's folder) is an InputError, before any work is done.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise InputError(path, None, "exists and is not a folder: choose another --out")
+    if path.is_dir() and any(path.iterdir()) and not (path / owner).is_file():
+        raise InputError(
+            path, None, f"is a folder without {owner}, not a dsim output: not replacing it"
+        )
+
+
+@contextmanager
+def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
+    """Build a directory under a temporary name beside `path`, then swap it in as a whole.
+
+    An existing output folder (see `check_output_dir`) is replaced entirely: none of its old
+    files linger, and a failure before the swap leaves it exactly as it was.
+    """
+    path = Path(path)
+    check_output_dir(path, owner)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot create the output folder: {exc.strerror}") from None
     tmp.chmod(0o777 & ~_UMASK)
     try:
         yield tmp
-        if path.exists():
-            for item in tmp.iterdir():
-                os.replace(item, path / item.name)
-        else:
+        if not path.exists():
             os.replace(tmp, path)
+            return
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+        os.replace(path, old)  # a folder may be renamed over an empty one
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            os.replace(old, path)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def staged_files(folder: str | Path) -> Iterator[Path]:
+    """Write a set of files into a temporary folder beside `folder`, then move them all in.
+
+    Everything that can fail (computing, plotting, a full disk) happens before the first move,
+    so the files are replaced together: all new, or all as they were.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".staged.", dir=folder))
+    try:
+        yield tmp
+        for item in sorted(tmp.iterdir()):
+            os.chmod(item, 0o666 & ~_UMASK)
+            os.replace(item, folder / item.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +12,13 @@ import pandas as pd
 import simpy
 
 from dsim.acceptance.sources import parse_acceptance
+from dsim.checks import check_number, parse_number
 from dsim.engine.backend import Backend, Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
-from dsim.errors import InputError
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import LatencyModel
+from dsim.inputs import recording
 from dsim.metrics import REQUEST_COLUMNS, summarize
 from dsim.policies import parse_policy
 from dsim.workload import Workload, load_workload
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
 DEFAULT_ACCEPTANCE = "preset:dspark:chat"
+RUN_OWNER = "summary.json"  # the file that marks a folder as a dsim run's output
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,17 @@ class RunSpec:
     sla_tps: float | None = None
     calibration: str | None = None
 
+    def __post_init__(self) -> None:
+        """Every number finite and in range (a NaN rate or SLA would stall simulated time)."""
+        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
+            check_number(getattr(self, name), name, ge=1, integer=True)
+        check_number(self.seed, "seed", ge=0, integer=True)
+        check_number(self.rate_scale, "rate_scale", gt=0)
+        if self.max_requests is not None:
+            check_number(self.max_requests, "max_requests", ge=1, integer=True)
+        if self.sla_tps is not None:
+            check_number(self.sla_tps, "sla_tps", gt=0)
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -60,11 +74,9 @@ class RunResult:
 
 
 def _window(text: str) -> tuple[float, float | None]:
-    start, sep, end = text.partition(":")
-    try:
-        return float(start or 0), (float(end) if end else None)
-    except ValueError:
-        raise InputError(None, None, f"--window {text!r}: expected START:END in seconds") from None
+    start, _, end = text.partition(":")
+    lo = parse_number(start or "0", f"--window {text!r}: START", ge=0)
+    return lo, (parse_number(end, f"--window {text!r}: END", gt=lo) if end else None)
 
 
 def load_spec_workload(spec: RunSpec) -> Workload:
@@ -72,9 +84,34 @@ def load_spec_workload(spec: RunSpec) -> Workload:
     workload = load_workload(spec.trace, spec.seed)
     if spec.window:
         workload = workload.window(*_window(spec.window))
-    if spec.max_requests:
+    if spec.max_requests is not None:
         workload = workload.head(spec.max_requests)
     return workload.scale_rate(spec.rate_scale)
+
+
+def input_files(spec: RunSpec) -> tuple[str, ...]:
+    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one.
+
+    Found by building the spec's inputs while `dsim.inputs.recording()` watches, so files named
+    inside specs (`synthetic:...,lengths=FILE`, `mix:` parts, calibrations, trace sidecars)
+    and any future source that reads through `input_file` are listed by construction.
+    """
+    return _input_files(
+        spec.trace, spec.acceptance, spec.gamma, spec.calibration, spec.profile, spec.draft_cost
+    )
+
+
+@lru_cache(maxsize=256)
+def _input_files(
+    trace: str, acceptance: str, gamma: int, calibration: str | None, profile: str, draft_cost: str
+) -> tuple[str, ...]:
+    with recording() as reads:
+        load_workload(trace)
+        parse_acceptance(acceptance, gamma, calibration)
+        LatencyModel.from_csv(profile)
+        parse_draft_cost(draft_cost)
+    sidecars = {str(Path(f).with_suffix(".json")) for f in reads}
+    return tuple(sorted(reads | {f for f in sidecars if Path(f).is_file()}))
 
 
 def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
@@ -129,14 +166,17 @@ def run_engine(
     return RunResult(requests, summary, steps, workload.output_tokens)
 
 
-def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:
-    """requests.parquet + summary.json (+ the spec), written as a whole or not at all."""
-    with atomic_dir(out) as tmp:
-        write_run_files(result, spec, tmp)
-
-
-def write_run_files(result: RunResult, spec: RunSpec, directory: Path) -> None:
-    """The files of `write_run` into a directory the caller moves into place."""
-    write_parquet(result.requests, directory / "requests.parquet")
-    summary = {**result.summary, "schema_version": SCHEMA_VERSION, "spec": spec.as_dict()}
-    write_json(directory / "summary.json", summary)
+def write_run(
+    result: RunResult,
+    spec: RunSpec,
+    out: str | Path,
+    extra: Callable[[Path], None] | None = None,
+) -> None:
+    """requests.parquet + summary.json (+ the spec, + what `extra(folder)` adds), replacing an
+    earlier run's folder as a whole or not at all."""
+    with atomic_dir(out, RUN_OWNER) as tmp:
+        write_parquet(result.requests, tmp / "requests.parquet")
+        summary = {**result.summary, "schema_version": SCHEMA_VERSION, "spec": spec.as_dict()}
+        write_json(tmp / "summary.json", summary)
+        if extra is not None:
+            extra(tmp)

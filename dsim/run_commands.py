@@ -7,11 +7,13 @@ from pathlib import Path
 
 import typer
 
+from dsim.fileio import check_output_dir
 from dsim.report import console, progress_bar, summary_table
 from dsim.run import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_PROFILE,
     DEFAULT_TRACE,
+    RUN_OWNER,
     RunResult,
     RunSpec,
     simulate,
@@ -87,6 +89,8 @@ def register(app: typer.Typer) -> None:
             sla_tps,
             calibration,
         )
+        if out is not None:
+            check_output_dir(out, RUN_OWNER)  # before the work, not after it
         with progress_bar("simulating requests", total=None, enabled=progress) as update:
             result = simulate(spec, progress=update)
         if out is not None:

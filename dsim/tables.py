@@ -11,15 +11,16 @@ import pyarrow.parquet as pq
 
 from dsim.errors import InputError
 from dsim.fileio import SCHEMA_KEY, SCHEMA_VERSION
+from dsim.inputs import input_file
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Load a CSV, JSONL or parquet file by extension; any parse failure becomes an InputError."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "file not found")
+    path = input_file(path)
     if path.stat().st_size == 0:
         raise InputError(path, None, "file is empty")
+    if path.suffix != ".parquet":
+        _check_utf8(path)
     try:
         if path.suffix == ".parquet":
             check_schema_version(path)
@@ -49,6 +50,15 @@ def check_schema_version(path: Path) -> None:
         )
 
 
+def _check_utf8(path: Path) -> None:
+    """Text tables must be UTF-8; the error names the data row (header = row 0), not a byte."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, data.count(b"\n", 0, exc.start), "not UTF-8 text") from None
+
+
 def require_columns(df: pd.DataFrame, path: str | Path, columns: Iterable[str]) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -63,27 +73,29 @@ def numeric_column(
     positive: bool = False,
     nonnegative: bool = False,
     integer: bool = False,
+    at_most: float | None = None,
 ) -> np.ndarray:
     """Column as float64, rejecting non-numeric cells, NaN and values of the wrong sign.
 
-    Rows are reported 1-based, counting data rows (the header is not a row).
+    Rows are reported 1-based, counting data rows (the header is not a row). Messages name the
+    row and column, never the cell's text (a file's contents stay out of the terminal).
     """
     raw = df[column]
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
-        cell = raw.iloc[i]
-        what = "missing or NaN value" if pd.isna(cell) else f"non-numeric value {cell!r}"
+        what = "missing or NaN value" if pd.isna(raw.iloc[i]) else "non-numeric value"
         raise InputError(path, i + 1, f"column {column!r}: {what}")
     for flag, fails, text in (
         (positive, values <= 0, "must be positive"),
         (nonnegative, values < 0, "must not be negative"),
         (integer, values != np.round(values), "must be an integer"),
+        (at_most is not None, values > (at_most or 0), f"must be at most {at_most}"),
     ):
         if flag and fails.any():
             i = int(np.argmax(fails))
-            raise InputError(path, i + 1, f"column {column!r}: {text}, got {raw.iloc[i]!r}")
+            raise InputError(path, i + 1, f"column {column!r}: {text}")
     return values
 
 

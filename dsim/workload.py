@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dsim.checks import check_number, parse_number
 from dsim.errors import InputError
 from dsim.tables import check_sorted, numeric_column, read_table, require_columns
 
@@ -42,8 +43,7 @@ class Workload:
 
     def scale_rate(self, factor: float) -> Workload:
         """factor 2 = twice the load: inter-arrival times divided by the factor."""
-        if factor <= 0:
-            raise InputError(self.source, None, f"rate scale must be positive, got {factor}")
+        check_number(factor, "rate scale", gt=0, where=self.source)
         return Workload(
             self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source
         )
@@ -53,6 +53,12 @@ class Workload:
             self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source
         )
 
+
+# Largest workload dsim builds (about 100 bytes a request across the engine's arrays), and the
+# longest trace span it accepts: beyond these, a typo (duration=1e12, a year-9999 timestamp)
+# would otherwise ask for terabytes or simulate centuries.
+MAX_REQUESTS = 20_000_000
+MAX_SPAN_S = 366 * 86400.0
 
 # Column names of each file format: (timestamp, prompt, output).
 _FORMATS = {
@@ -67,9 +73,7 @@ def _detect(df: pd.DataFrame, path: Path) -> str:
         if cols[0] in df.columns:
             return name
     known = "; ".join(f"{n}: {', '.join(c)}" for n, c in _FORMATS.items())
-    raise InputError(
-        path, None, f"unknown trace format (columns {list(df.columns)}); expected {known}"
-    )
+    raise InputError(path, None, f"unknown trace format; expected the columns of {known}")
 
 
 def _timestamps(df: pd.DataFrame, path: Path, fmt: str, column: str) -> np.ndarray:
@@ -78,9 +82,7 @@ def _timestamps(df: pd.DataFrame, path: Path, fmt: str, column: str) -> np.ndarr
         bad = ts.isna().to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            raise InputError(
-                path, i + 1, f"column {column!r}: bad timestamp {df[column].iloc[i]!r}"
-            )
+            raise InputError(path, i + 1, f"column {column!r}: bad timestamp")
         return (ts - ts.iloc[0]).dt.total_seconds().to_numpy(np.float64)
     seconds = numeric_column(df, path, column, nonnegative=True)
     return seconds / 1e3 if fmt == "mooncake" else seconds
@@ -97,6 +99,13 @@ def load_trace(path: str | Path) -> Workload:
         df = df[pd.to_numeric(df[out_col], errors="coerce") != 0].reset_index(drop=True)
     arrival = _timestamps(df, path, fmt, ts_col)
     check_sorted(arrival, path, ts_col)
+    too_late = arrival - arrival[0] > MAX_SPAN_S
+    if too_late.any():
+        raise InputError(
+            path,
+            int(np.argmax(too_late)) + 1,
+            f"column {ts_col!r}: more than {MAX_SPAN_S / 86400:g} days after the first arrival",
+        )
     prompt = numeric_column(df, path, prompt_col, positive=True, integer=True)
     output = numeric_column(df, path, out_col, positive=True, integer=True)
     return Workload(
@@ -134,15 +143,18 @@ def synthetic(spec: str, seed: int) -> Workload:
     unknown = set(opts) - set(_SYNTH_DEFAULTS) - {"n", "lengths"}
     if unknown:
         raise InputError(None, None, f"trace spec {spec!r}: unknown key(s) {sorted(unknown)}")
-    try:
-        rate, cv, duration = float(opts["rate"]), float(opts["cv"]), float(opts["duration"])
-        n = int(opts["n"]) if "n" in opts else int(np.ceil(rate * duration * 1.5)) + 10
-        means = float(opts["prompt"]), float(opts["output"])
-        sigma = float(opts["sigma"])
-    except ValueError as exc:
-        raise InputError(None, None, f"trace spec {spec!r}: {exc}") from None
-    if min(rate, cv, *means) <= 0 or sigma < 0 or n <= 0:
-        raise InputError(None, None, f"trace spec {spec!r}: values must be positive")
+    name = f"trace spec {spec!r}:"
+    rate = parse_number(opts["rate"], f"{name} rate", gt=0)
+    cv = parse_number(opts["cv"], f"{name} cv", ge=1e-3, le=100)
+    duration = parse_number(opts["duration"], f"{name} duration", gt=0)
+    means = [parse_number(opts[k], f"{name} {k}", gt=0, le=1e9) for k in ("prompt", "output")]
+    sigma = parse_number(opts["sigma"], f"{name} sigma", ge=0, le=10)
+    if "n" in opts:
+        n = int(parse_number(opts["n"], f"{name} n", integer=True, ge=1, le=MAX_REQUESTS))
+    elif rate * duration > MAX_REQUESTS:  # checked before allocating anything
+        raise InputError(None, None, f"{name} rate x duration is more than {MAX_REQUESTS} requests")
+    else:
+        n = int(np.ceil(rate * duration * 1.5)) + 10
     rng = np.random.default_rng([seed, 0x5EED])
     shape = 1.0 / cv**2
     arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import sys
+import warnings
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import write_flat_profile
 
+from dsim import run_commands
 from dsim.cli import main
+from dsim.errors import InputError
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW1 = "2023-11-16 18:15:46.6805900,374,44\n"
@@ -55,7 +63,7 @@ def rejected(monkeypatch, capsys, tmp_path):
         ),
         (
             AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,lots\n",
-            "row 2: column 'GeneratedTokens': non-numeric value 'lots'",
+            "row 2: column 'GeneratedTokens': non-numeric value",
         ),
         (AZURE_HEADER + ROW2 + ROW1, "row 2: column 'TIMESTAMP': not sorted"),
         ("", "file is empty"),
@@ -103,8 +111,8 @@ def test_bad_profile(rejected, tmp_path, rows, expected):
         ("--acceptance", "preset:dspark:chat:qwen3-32b", "unknown preset"),
         ("--acceptance", "preset:dspark:chat[rho=1]", "rho must lie in [0, 1)"),
         ("--acceptance", "iid:1.5", "must lie in [0, 1]"),
-        ("--draft-cost", "ratio:-1", "ratio must be a number >= 0"),
-        ("--trace", "synthetic:rate=0", "values must be positive"),
+        ("--draft-cost", "ratio:-1", "ratio must be a finite number >= 0"),
+        ("--trace", "synthetic:rate=0", "rate must be a finite number > 0"),
     ],
 )
 def test_bad_options(rejected, option, value, expected):
@@ -133,3 +141,168 @@ def test_good_run_writes_outputs(monkeypatch, capsys, tmp_path):
     main()
     assert {p.name for p in (tmp_path / "o").iterdir()} == {"requests.parquet", "summary.json"}
     assert "throughput" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--rate-scale", "nan", "'--rate-scale': expected a finite number"),
+        ("--sla-tps", "0", "sla_tps must be a finite number > 0"),
+        ("--sla-tps", "-1", "sla_tps must be a finite number > 0"),
+        ("--seed", "-1", "'--seed': expected a non-negative integer"),
+        ("--max-requests", "0", "max_requests must be an integer >= 1"),
+        ("--window", "nan:5", "START must be a finite number >= 0"),
+        ("--window", "5:inf", "END must be a finite number > 5"),
+        ("--draft-cost", "ratio:nan", "ratio must be a finite number >= 0"),
+        ("--draft-cost", "ratio:inf", "ratio must be a finite number >= 0"),
+        ("--trace", "synthetic:rate=inf", "rate must be a finite number > 0"),
+        ("--trace", "synthetic:rate=nan", "rate must be a finite number > 0"),
+        ("--trace", "synthetic:duration=1e12", "more than 20000000 requests"),
+        ("--trace", "synthetic:n=100000000000", "n must be an integer >= 1 and <= 20000000"),
+        ("--trace", "synthetic:n=5,prompt=1e300", "prompt must be a finite number > 0 and <= "),
+        ("--acceptance", "mix:iid:0.5=nan,iid:0.7=1", "weight of 'iid:0.5' must be a finite"),
+        ("--acceptance", "mix:iid:0.5=inf,iid:0.7=1", "weight of 'iid:0.5' must be a finite"),
+        ("--acceptance", "preset:dspark:chat[spread=nan]", "spread must be a finite number >= 0"),
+        ("--acceptance", "preset:dspark:chat[overconf=inf]", "overconf must be a finite number"),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers(rejected, option, value, expected):
+    assert expected in rejected(option, value)
+
+
+def test_timestamps_centuries_apart(rejected, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text(AZURE_HEADER + ROW1 + "2025-11-16 18:15:50,396,109\n")
+    assert "row 2: column 'TIMESTAMP': more than 366 days after" in rejected("--trace", str(trace))
+    trace.write_text(AZURE_HEADER + ROW1 + "9999-11-16 18:15:50,396,109\n")
+    assert "row 2: column 'TIMESTAMP'" in rejected("--trace", str(trace))
+
+
+def test_a_directory_or_fifo_is_not_reported_missing(rejected, tmp_path):
+    assert "is a directory, expected a file" in rejected("--trace", str(tmp_path))
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)  # opening it would block forever
+    assert "is not a regular file" in rejected("--trace", str(fifo))
+    assert "file not found" in rejected("--trace", str(tmp_path / "nope.csv"))
+
+
+def test_non_utf8_is_reported_by_row(rejected, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_bytes((AZURE_HEADER + ROW1).encode() + b"2023-11-16 18:15:50,\xff\xfe,1\n")
+    assert f"{trace}: row 2: not UTF-8 text" in rejected("--trace", str(trace))
+
+
+def test_errors_never_echo_file_contents(rejected, tmp_path):
+    secret = tmp_path / "passwd"
+    secret.write_text("root:s3cret:0:0:root:/root:/bin/bash\ndaemon:x:1:1\n")
+    assert "s3cret" not in rejected("--trace", str(secret))
+    trace = tmp_path / "trace.csv"
+    trace.write_text(AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,s3cret\n")
+    assert "s3cret" not in rejected("--trace", str(trace))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes everywhere")
+def test_unreadable_folder_on_the_path(rejected, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "trace.csv").write_text(AZURE_HEADER + ROW1)
+    locked.chmod(0)
+    try:
+        assert "permission denied" in rejected("--trace", str(locked / "trace.csv"))
+    finally:
+        locked.chmod(0o755)
+
+
+def test_profile_sidecar_must_be_an_object(monkeypatch, capsys, tmp_path):
+    profile = write_flat_profile(tmp_path / "p.csv", 5.0)
+    profile.with_suffix(".json").write_text("[1, 2]")
+    monkeypatch.setattr(sys, "argv", ["dsim", "profile", "show", str(profile)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert "p.json: a profile sidecar must be a JSON object, not a list" in err
+    assert not profile.with_suffix(".png").exists()
+
+
+# -- --out: refused when it is not a dsim run folder, replaced whole, kept on failure -----------
+def _run_to(monkeypatch, out: Path, *args: str) -> None:
+    argv = ["dsim", "run", "--trace", "synthetic:n=5", *args, "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)
+    main()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _fails(monkeypatch, capsys, out: Path, *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        _run_to(monkeypatch, out, *args)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    return exc.value.code, err
+
+
+def test_out_naming_a_file_or_a_foreign_folder_is_refused(monkeypatch, capsys, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    code, err = _fails(monkeypatch, capsys, a_file)
+    assert code == 2 and "exists and is not a folder" in err and a_file.read_text() == "keep me"
+    folder = tmp_path / "home"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("keep me too")
+    code, err = _fails(monkeypatch, capsys, folder)
+    assert code == 2 and "not a dsim output: not replacing it" in err
+    assert _snapshot(folder) == {"thesis.tex": b"keep me too"}
+
+
+def test_a_failed_run_keeps_the_earlier_outputs(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "o"
+    _run_to(monkeypatch, out)
+    before = _snapshot(out)
+    code, _ = _fails(monkeypatch, capsys, out, "--rate-scale", "nan")  # bad input
+    assert code == 2 and _snapshot(out) == before
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq, "write_table", full_disk)  # fails midway through writing
+    code, err = _fails(monkeypatch, capsys, out, "--seed", "3")
+    assert code == 1 and err == "dsim: error: No space left on device\n"
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temporary folders left
+
+
+def test_a_new_run_replaces_the_folder_as_a_whole(monkeypatch, tmp_path):
+    out = tmp_path / "o"
+    _run_to(monkeypatch, out)
+    (out / "texts.jsonl").write_text("{}\n")  # from an earlier --real run
+    _run_to(monkeypatch, out, "--seed", "1")
+    assert {p.name for p in out.iterdir()} == {"requests.parquet", "summary.json"}
+    assert json.loads((out / "summary.json").read_text())["spec"]["seed"] == 1
+
+
+def test_summary_is_strict_json(monkeypatch, tmp_path):
+    out = tmp_path / "o"
+    _run_to(monkeypatch, out)
+    json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+
+
+def test_warnings_never_come_before_the_error_line(monkeypatch, capsys, tmp_path):
+    def warn_then(fail: bool):
+        def simulate(spec, progress=None):
+            warnings.warn("torch says hello", UserWarning, stacklevel=1)
+            if fail:
+                raise InputError("x.csv", 3, "bad")
+            return real_simulate(spec, progress)
+
+        return simulate
+
+    real_simulate = run_commands.simulate
+    monkeypatch.setattr(run_commands, "simulate", warn_then(True))
+    code, err = _fails(monkeypatch, capsys, tmp_path / "o")
+    assert code == 2 and err == "dsim: error: x.csv: row 3: bad\n"
+    monkeypatch.setattr(run_commands, "simulate", warn_then(False))
+    with pytest.warns(UserWarning, match="torch says hello"):  # re-emitted after a success
+        _run_to(monkeypatch, tmp_path / "o")

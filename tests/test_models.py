@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 from dataclasses import replace
@@ -193,3 +194,33 @@ def test_greedy_speculative_decoding_reproduces_greedy_target(target, cache) -> 
                 expected.append(int(logits.argmax()))
         assert out == expected
     assert df["accepted"].max() <= 3
+
+
+@pytest.fixture(scope="module")
+def checkpoint_blob(target, cache, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("ckpt") / "d.pt"
+    train_drafter("parallel", 4, cache, target, SETTINGS, out, out.with_suffix(".s"), resume=False)
+    return torch.load(out, weights_only=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "text"),
+    [
+        (lambda b: b.pop("config"), "lacks 'config'"),
+        (lambda b: b["weights"].pop("vocab"), "'vocab' among them"),
+        (lambda b: b["config"].update(width=10**9), "config width must be an integer >= 1"),
+        (lambda b: b["config"].update(layers=10**9), "config layers must be"),
+        (lambda b: b["config"].update(width=64), "checkpoint weight .* config needs"),
+        (lambda b: b["config"].update(bogus=1), "missing or unknown fields"),
+    ],
+    ids=["no-config", "no-vocab", "huge-width", "huge-depth", "shape-mismatch", "unknown-field"],
+)
+def test_damaged_checkpoint_is_refused_before_allocating(
+    checkpoint_blob, target, tmp_path, edit, text
+) -> None:
+    blob = copy.deepcopy(checkpoint_blob)
+    edit(blob)
+    bad = tmp_path / "bad.pt"
+    torch.save(blob, bad)
+    with pytest.raises(InputError, match=text):
+        load_drafter(bad, target)

@@ -18,11 +18,11 @@ from conftest import write_flat_profile
 from dsim.acceptance.parametric import ParametricAcceptance
 from dsim.acceptance.sources import parse_acceptance
 from dsim.acceptance.trace import read_acceptance_trace
-from dsim.acceptance.vllm_metrics import read_vllm_acceptance, scrape_files
+from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.cli import main
 from dsim.errors import InputError
 from dsim.pareto.sweep import point_key
-from dsim.run import RunSpec
+from dsim.run import RunSpec, input_files
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # engine -> (drafts, draft tokens, per-position accepted counts); 10,000 drafts in all
@@ -166,10 +166,14 @@ def test_mix_and_sweep_cache_see_the_scrape_files(tmp_path):
     spec = f"mix:vllm:{path}[model={MODEL},since={before}]=0.5,preset:dspark:chat=0.5"
     source = parse_acceptance(spec, 3)
     assert [d.name for d in source.domains] == [MODEL, "chat"]
-    assert scrape_files(spec) == [str(path), str(before)]
-    key = point_key(RunSpec(acceptance=spec))
+    assert {str(path.resolve()), str(before.resolve())} <= set(
+        input_files(RunSpec(acceptance=spec, gamma=3))
+    )
+    key = point_key(RunSpec(acceptance=spec, gamma=3))
     before.write_text(exposition(engines={"0": (10, 30, (1, 0, 0))}))
-    assert point_key(RunSpec(acceptance=spec)) != key  # editing a scrape invalidates points
+    assert (
+        point_key(RunSpec(acceptance=spec, gamma=3)) != key
+    )  # editing a scrape invalidates points
 
 
 def _bad(tmp_path, monkeypatch, capsys, text: str, *, gamma: int = 3, opts: str = "") -> str:

@@ -59,7 +59,7 @@ def calibrate_trace(
         },
         "metrics": position_metrics(conf[report_on], accepted[report_on], temps),
     }
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, "calibration.json") as tmp:
         write_json(tmp / "calibration.json", {"trace": str(trace), **report})
         plot_reliability(conf[report_on], accepted[report_on], temps, tmp / "reliability.png")
     if write_sidecar:

@@ -9,7 +9,6 @@ fitted with T_1..T_{k-1} already fixed, because a_k inherits their errors.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from scipy.special import expit
 from scipy.stats import rankdata
 
 from dsim.errors import InputError
+from dsim.inputs import read_json_object
 
 CLIP = 1e-6
 N_BINS = 20
@@ -163,14 +163,7 @@ def split_by_sequence(
 
 
 def read_calibration(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "calibration file not found")
-    try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
-    return obj
+    return read_json_object(path, "calibration file")
 
 
 def parse_temperatures(obj: Any, where: str | Path | None, gamma: int) -> np.ndarray:

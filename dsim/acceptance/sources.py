@@ -28,6 +28,7 @@ from dsim.acceptance.presets import (
     TARGETS,
 )
 from dsim.acceptance.vllm_metrics import vllm_domain
+from dsim.checks import parse_number
 from dsim.errors import InputError
 
 
@@ -83,12 +84,8 @@ def _options(spec: str, text: str | None) -> dict[str, float]:
         key, _, value = part.partition("=")
         if key.strip() not in _OPTIONS:
             raise _bad(spec, f"unknown option {key.strip()!r} (known: {sorted(_OPTIONS)})")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise _bad(spec, f"option {key.strip()!r} needs a number, got {value!r}") from None
-    if out.get("overconf", 1.0) <= 0 or min(out.get("spread", 0), out.get("spread_req", 0)) < 0:
-        raise _bad(spec, "overconf must be > 0 and spreads >= 0")
+        bound = {"gt": 0} if key.strip() == "overconf" else {"ge": 0}
+        out[key.strip()] = parse_number(value, f"acceptance {spec!r}: {key.strip()}", **bound)
     if not 0.0 <= out.get("rho", 0.0) < 1.0:
         raise _bad(spec, "rho must lie in [0, 1)")
     return out
@@ -168,12 +165,9 @@ def parse_acceptance(
         entries = []
         for part in _split_top(spec[4:]):
             sub, sep, weight = part.rpartition("=")
-            try:
-                w = float(weight)
-            except ValueError:
-                w = -1.0
-            if not sep or w <= 0:
+            if not sep:
                 raise _bad(spec, f"mix entry {part!r} needs a positive weight: SPEC=W")
+            w = parse_number(weight, f"acceptance {spec!r}: weight of {sub!r}", gt=0)
             entries.append((*_domain(sub, gamma), w))
         options = [o for _, o, _ in entries]
         if any(o != options[0] for o in options):

@@ -8,7 +8,6 @@ docs/acceptance-trace.md.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pandas as pd
 
 from dsim.errors import InputError
 from dsim.fileio import atomic_path, write_json, write_parquet
+from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
 BASE_COLUMNS = ("seq_id", "round", "domain", "gamma", "accepted")
@@ -70,15 +70,9 @@ def write_acceptance_trace(df: pd.DataFrame, path: str | Path, meta: dict[str, A
 def read_trace_metadata(path: str | Path) -> dict[str, Any]:
     """The sidecar as a dict; a missing or malformed sidecar is an InputError."""
     side = sidecar_path(path)
-    if not side.is_file():
+    if not side.exists():
         raise InputError(side, None, "missing sidecar (every acceptance trace needs NAME.json)")
-    try:
-        meta = json.loads(side.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(side, exc.lineno, f"invalid JSON: {exc.msg}") from None
-    if not isinstance(meta, dict):
-        raise InputError(side, None, "sidecar must be a JSON object")
-    return meta
+    return read_json_object(side, "sidecar")
 
 
 def update_trace_metadata(path: str | Path, updates: dict[str, Any]) -> None:

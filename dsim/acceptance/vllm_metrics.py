@@ -24,6 +24,7 @@ import numpy as np
 
 from dsim.acceptance.parametric import DomainModel, expected_tau, fit_shift
 from dsim.errors import InputError
+from dsim.inputs import input_file
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "num_drafts"
@@ -105,9 +106,7 @@ def _parse_sample(text: str, path: Path, line: int) -> tuple[str, dict[str, str]
 
 def read_scrape(path: str | Path) -> dict[Key, Sample]:
     """The speculative-decoding counter series of a scrape, keyed by metric and labels."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "vLLM metrics scrape not found")
+    path = input_file(path, "vLLM metrics scrape")
     try:
         lines = path.read_text().splitlines()
     except UnicodeDecodeError:
@@ -233,13 +232,6 @@ def read_vllm_acceptance(
             f"draft tokens, {drafts:g} drafts of at most {n} tokens",
         )
     return Acceptance(drafts, totals[DRAFT_TOKENS], totals[ACCEPTED], counts)
-
-
-def scrape_files(acceptance: str) -> list[str]:
-    """The scrape files an acceptance spec (possibly a mix) reads, so sweeps can hash them."""
-    found = re.findall(r"vllm:([^\[\],=]+)", acceptance)
-    found += re.findall(r"since=([^\],]+)", acceptance)
-    return [f.strip() for f in found]
 
 
 def vllm_domain(

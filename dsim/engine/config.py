@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsim.checks import parse_number
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 
@@ -48,13 +49,7 @@ def parse_draft_cost(spec: str) -> DraftCost:
     if spec.strip() == "0":
         return DraftCost()
     if spec.startswith("ratio:"):
-        try:
-            ratio = float(spec[6:])
-        except ValueError:
-            ratio = -1.0
-        if ratio < 0:
-            raise InputError(None, None, f"--draft-cost {spec!r}: ratio must be a number >= 0")
-        return DraftCost(ratio=ratio)
+        return DraftCost(ratio=parse_number(spec[6:], f"--draft-cost {spec!r}: ratio", ge=0))
     if not Path(spec).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
     return DraftCost(profile=LatencyModel.from_csv(spec))

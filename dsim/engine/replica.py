@@ -26,13 +26,14 @@ import simpy
 
 from dsim.engine.backend import Backend
 from dsim.engine.config import DraftCost, EngineConfig
-from dsim.errors import InputError
+from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
 # Columns of the running-batch matrix.
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
+MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
 
 
 @dataclass
@@ -242,17 +243,31 @@ class Replica:
 
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
         """The simpy process: step until every request has finished."""
-        n = len(self.w)
+        n, stalled = len(self.w), 0
         while self.finished < n:
             planned = self.step(env.now)
             if planned is None:  # idle: sleep until the next arrival
+                if self.next_arrival >= n:
+                    raise SimulationStuck(f"idle at t={env.now:g} s with {self._state()}")
                 yield env.timeout(self.w.arrival_s[self.next_arrival] - env.now)
                 continue
             step_s, commit = planned
+            stalled = stalled + 1 if not step_s > 0 else 0  # NaN counts as no progress
+            if stalled > MAX_STALLED_STEPS or not np.isfinite(step_s) or step_s < 0:
+                raise SimulationStuck(
+                    f"step of {step_s!r} s at t={env.now:g} s with {self._state()}"
+                )
             yield env.timeout(step_s)
             commit(env.now)
             if progress is not None and len(self.log) % 2000 == 0:
                 progress(self.finished)
+
+    def _state(self) -> str:
+        return (
+            f"{self.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
+            f"{len(self.prefilling)} prefilling, {len(self.batch)} decoding, "
+            f"{self.used_blocks}/{self.cfg.kv_blocks} KV blocks"
+        )
 
     def step_log(self) -> StepLog:
         cols = np.array(self.log, dtype=np.float64).reshape(-1, 6).T

@@ -10,7 +10,6 @@ the measured range (clamped to stay positive), so real curves keep their cliffs.
 from __future__ import annotations
 
 import bisect
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,10 @@ import pandas as pd
 
 from dsim.errors import InputError
 from dsim.fileio import write_json, write_with
+from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
+MAX_BATCH_TOKENS = 1_000_000  # the model tabulates every batch size up to twice the largest
 REQUIRED = ("batch_tokens", "context_len", "latency_ms")
 OPTIONAL_NUMERIC = ("num_seqs", "latency_ms_p10", "latency_ms_p90")
 
@@ -31,7 +32,9 @@ def read_profile(path: str | Path) -> pd.DataFrame:
     require_columns(df, path, REQUIRED)
     out = pd.DataFrame(
         {
-            "batch_tokens": numeric_column(df, path, "batch_tokens", positive=True),
+            "batch_tokens": numeric_column(
+                df, path, "batch_tokens", positive=True, at_most=MAX_BATCH_TOKENS
+            ),
             "context_len": numeric_column(df, path, "context_len", nonnegative=True),
             "latency_ms": numeric_column(df, path, "latency_ms", positive=True),
         }
@@ -50,12 +53,9 @@ def read_profile(path: str | Path) -> pd.DataFrame:
 def profile_metadata(path: str | Path) -> dict[str, Any]:
     """The JSON sidecar (NAME.json beside NAME.csv), or {} when there is none."""
     side = Path(path).with_suffix(".json")
-    if not side.is_file():
+    if not side.exists():
         return {}
-    try:
-        return json.loads(side.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(side, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    return read_json_object(side, "profile sidecar")
 
 
 def write_profile(df: pd.DataFrame, path: str | Path, meta: dict[str, Any]) -> None:

@@ -4,16 +4,20 @@ becomes an InputError naming the file."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.fileio import atomic_path
+from dsim.inputs import input_file
 from dsim.models.drafters import Drafter, DrafterConfig, config_dict
 
 FORMAT = "dsim-drafter/1"
+MAX_SIZES = {"layers": 64, "heads": 256, "gamma": 64}  # other sizes: at most 65536
 
 
 def save_drafter(path: str | Path, drafter: Drafter, target_fingerprint: str, meta: dict) -> None:
@@ -32,9 +36,7 @@ def save_drafter(path: str | Path, drafter: Drafter, target_fingerprint: str, me
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The raw checkpoint dict, validated for shape; InputError if unreadable or foreign."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "drafter checkpoint not found")
+    path = input_file(path, "drafter checkpoint")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a damaged zip/pickle
@@ -43,7 +45,49 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from err
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise InputError(path, None, f"not a {FORMAT} drafter checkpoint")
+    kinds = {"config": dict, "target": str, "weights": dict}
+    for key, kind in kinds.items():
+        if not isinstance(blob.get(key), kind):
+            raise InputError(path, None, f"checkpoint lacks {key!r} (a {kind.__name__})")
+    weights = blob["weights"]
+    if not all(isinstance(v, torch.Tensor) for v in weights.values()) or "vocab" not in weights:
+        raise InputError(path, None, "checkpoint 'weights' must be tensors, 'vocab' among them")
     return blob
+
+
+def _config(path: Path, blob: dict[str, Any]) -> DrafterConfig:
+    """The stored config, its sizes checked before anything is allocated from them."""
+    try:
+        config = DrafterConfig(**blob["config"])
+    except TypeError:
+        raise InputError(path, None, "checkpoint config has missing or unknown fields") from None
+    for field in fields(DrafterConfig):
+        if field.name != "kind":
+            value = getattr(config, field.name)
+            limit = MAX_SIZES.get(field.name, 1 << 16)
+            check_number(
+                value, f"checkpoint config {field.name}", ge=1, le=limit, integer=True, where=path
+            )
+    return config
+
+
+def _check_shapes(path: Path, config: DrafterConfig, weights: dict[str, torch.Tensor]) -> None:
+    """The weights' shapes must be those `config` builds (on the meta device: no memory)."""
+    try:
+        with torch.device("meta"):
+            vocab = torch.empty(weights["vocab"].shape, dtype=torch.long)
+            expected = Drafter(config, vocab).state_dict()
+    except ValueError as err:
+        raise InputError(path, None, f"checkpoint config: {err}") from None
+    for name, tensor in expected.items():
+        got = weights.get(name)
+        if got is None or tuple(got.shape) != tuple(tensor.shape):
+            shape = None if got is None else tuple(got.shape)
+            raise InputError(
+                path,
+                None,
+                f"checkpoint weight {name!r} is {shape}, its config needs {tuple(tensor.shape)}",
+            )
 
 
 def load_drafter(path: str | Path, target) -> Drafter:
@@ -55,8 +99,9 @@ def load_drafter(path: str | Path, target) -> Drafter:
             None,
             f"drafter was trained for target {blob['target']}, not {target.fingerprint}",
         )
+    config = _config(Path(path), blob)
+    _check_shapes(Path(path), config, blob["weights"])
     try:
-        config = DrafterConfig(**blob["config"])
         weights = {k: v.float() if v.is_floating_point() else v for k, v in blob["weights"].items()}
         drafter = Drafter(config, weights["vocab"])
         drafter.load_state_dict(weights)

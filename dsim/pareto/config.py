@@ -30,6 +30,7 @@ from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.acceptance.sources import parse_acceptance
+from dsim.checks import check_number
 from dsim.engine.config import parse_draft_cost
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
@@ -176,8 +177,10 @@ class _Checker:
         value = table.get(key, [])
         if not isinstance(value, list) or not all(_is_number(v) for v in value):
             self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(value)}")
-        if positive and any(v <= 0 for v in value):
-            self.fail(f"{prefix}{key}", "values must be positive")
+        for v in value:
+            self.wrap(
+                f"{prefix}{key}", lambda v=v: check_number(v, "values", gt=0 if positive else None)
+            )
         return [float(v) for v in value]
 
     def seeds(self, raw: dict, default: int, run_has_seed: bool) -> tuple[int, ...]:
@@ -206,11 +209,10 @@ class _Checker:
             kinds = _RUN_TYPES[key]
             kind = get_args(kinds)[0] if isinstance(kinds, UnionType) else kinds
             values[key] = self.typed(run, key, kind, "run.")
-        spec = RunSpec(**values)
-        for key in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
-            if getattr(spec, key) < 1:
-                self.fail(f"run.{key}", f"must be >= 1, got {getattr(spec, key)}")
-        return spec
+        try:
+            return RunSpec(**values)
+        except InputError as exc:  # RunSpec checks every number: name the [run] key
+            self.fail(f"run.{str(exc).split()[0]}", str(exc))
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

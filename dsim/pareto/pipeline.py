@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.fileio import write_parquet, write_with
+from dsim.errors import InputError
+from dsim.fileio import staged_files, write_parquet
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.frontier import (
     matched_gains,
@@ -29,19 +30,20 @@ def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, 
 
 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
-    """points.parquet, frontier.parquet, pareto.png, load.png and report.md, each atomically."""
+    """points.parquet, frontier.parquet, pareto.png, load.png and report.md, as one set."""
     policies = list(cfg.policies)
     means, fronts = seed_means(points), seed_fronts(points)
     front = pareto_front(means)
     gains = matched_gains(front, policies, cfg.baseline, fronts=fronts)
     sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors), fronts=fronts)
-    for name, table in (("points", points), ("frontier", front)):
-        write_parquet(table, out / f"{name}.parquet")
     title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
-    plot_pareto(points, front, list(cfg.sla_anchors), title, out / "pareto.png")
-    plot_load(means, title, out / "load.png")
     report = render_report(cfg, points, gains, sla)
-    write_with(out / "report.md", lambda tmp: tmp.write_text(report))
+    with staged_files(out) as tmp:  # the five outputs are replaced together
+        for name, table in (("points", points), ("frontier", front)):
+            write_parquet(table, tmp / f"{name}.parquet")
+        plot_pareto(points, front, list(cfg.sla_anchors), title, tmp / "pareto.png")
+        plot_load(means, title, tmp / "load.png")
+        (tmp / "report.md").write_text(report)
 
 
 def run_pareto(
@@ -55,6 +57,8 @@ def run_pareto(
 ) -> pd.DataFrame:
     """Run (or resume) the prepared sweep and write every output under `out`."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, None, "exists and is not a folder: choose another --out")
     table = run_sweep(points, out, executor, jobs, address, progress)
     table.insert(1, "load_axis", cfg.load_axis)
     write_outputs(cfg, table, out)

@@ -3,8 +3,9 @@
 Each point is one RunSpec. Its result lives in DIR/points/<key>/ (summary.json with the spec,
 requests.parquet), written by the worker through `write_run`, which moves the directory into
 place only when complete: a killed sweep leaves finished points whole and nothing else, and the
-next run skips them. The key hashes the full spec plus the bytes of every input file it names,
-so editing a profile or trace invalidates the points that read it. Workers return only the
+next run skips them. The key hashes the full spec, the bytes of every file a simulation of it
+reads (those named inside specs and sidecars included) and dsim's simulation code, so any
+change behind an unchanged path invalidates the points that read it. Workers return only the
 summary; per-request tables never travel back (with a Ray cluster, DIR and the inputs must be
 on a filesystem every node sees).
 """
@@ -14,18 +15,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import signal
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import closing
 from dataclasses import dataclass
-from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
 
 import pandas as pd
 
-from dsim.acceptance.vllm_metrics import scrape_files
+from dsim.codehash import code_digest
 from dsim.errors import InputError
-from dsim.run import RunSpec, simulate, write_run
+from dsim.run import RunSpec, input_files, simulate, write_run
 
 EXECUTORS = ("local", "ray")
 
@@ -39,21 +40,31 @@ class Point:
 
 
 def make_points(specs: Iterable[tuple[str, float, RunSpec]]) -> list[Point]:
-    return [Point(policy, load, spec, point_key(spec)) for policy, load, spec in specs]
+    digests: dict[str, str] = {}  # each input file is read once per sweep, not once per point
+    return [Point(policy, load, spec, point_key(spec, digests)) for policy, load, spec in specs]
 
 
-def point_key(spec: RunSpec) -> str:
-    """16 hex digits of SHA-256 over the spec and the contents of the files it reads."""
-    named = [v for v in spec.as_dict().values() if isinstance(v, str)]
-    files = [f for f in [*named, *scrape_files(spec.acceptance)] if Path(f).is_file()]
-    inputs = {f: _file_digest(f, Path(f).stat().st_mtime_ns, Path(f).stat().st_size) for f in files}
-    blob = json.dumps({"spec": spec.as_dict(), "inputs": inputs}, sort_keys=True)
+def point_key(spec: RunSpec, digests: dict[str, str] | None = None) -> str:
+    """16 hex digits of SHA-256 over the spec, the contents of every file a simulation of it
+    reads (`input_files`: files named inside specs and sidecars too) and dsim's simulation code
+    (`code_digest`): change any of them behind an unchanged path and the point is run again.
+
+    Files are hashed afresh on every call (`digests` only shares them between the points of one
+    sweep): a cache keyed on size and mtime would miss an edit within one clock tick.
+    """
+    digests = {} if digests is None else digests
+    for path in input_files(spec):
+        if path not in digests:
+            digests[path] = _file_digest(path)
+    inputs = sorted(digests[path] for path in input_files(spec))  # not the paths: the spec
+    # names them, and a sweep folder moved together with its inputs keeps its points
+    blob = json.dumps(
+        {"spec": spec.as_dict(), "inputs": inputs, "code": code_digest()}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-@lru_cache(maxsize=64)
-def _file_digest(path: str, mtime_ns: int, size: int) -> str:
-    """SHA-256 of a file; cached per (path, mtime, size), so a long session sees edits."""
+def _file_digest(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -87,18 +98,31 @@ Task = tuple[RunSpec, str]
 
 
 def _local(tasks: list[Task], jobs: int) -> Iterator[tuple[int, dict]]:
-    """In this process for one job (no pickling, easy to debug), else a spawn process pool."""
+    """In this process for one job (no pickling, easy to debug), else a spawn process pool.
+
+    The pool is terminated however the loop ends (done, a failed point, Ctrl-C, SIGTERM): no
+    worker outlives the sweep, and a point it was writing never lands (see `write_run`).
+    """
     if jobs == 1:
         for i, task in enumerate(tasks):
             yield i, run_point(*task)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    pool = get_context("spawn").Pool(jobs, initializer=_ignore_interrupts)
     try:
-        futures = {pool.submit(run_point, *task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
-    finally:  # on Ctrl-C or a failed point, drop the queued points instead of running them all
-        pool.shutdown(wait=True, cancel_futures=True)
+        yield from pool.imap_unordered(_run_indexed, enumerate(tasks))
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which terminates them (no traceback per worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_indexed(item: tuple[int, Task]) -> tuple[int, dict]:
+    i, task = item
+    return i, run_point(*task)
 
 
 def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[int, dict]]:
@@ -151,11 +175,12 @@ def run_sweep(
         progress(done)
     tasks = [(p.spec, str(point_dir(out.resolve(), p.key))) for p in todo]
     results = _local(tasks, jobs) if executor == "local" else _ray(tasks, address, jobs)
-    for i, summary in results:
-        summaries[todo[i].key] = summary
-        done += 1
-        if progress:
-            progress(done)
+    with closing(results):  # stop the workers now, not when the generator is collected
+        for i, summary in results:
+            summaries[todo[i].key] = summary
+            done += 1
+            if progress:
+                progress(done)
     rows = [
         {"policy": p.policy, "load": p.load, "seed": p.spec.seed, "point": p.key}
         | dict(sorted(summaries[p.key].items()))

@@ -14,8 +14,9 @@ import typer
 
 from dsim import run_commands as opts
 from dsim.errors import InputError
+from dsim.fileio import check_output_dir
 from dsim.report import progress_bar
-from dsim.run import RunSpec
+from dsim.run import RUN_OWNER, RunSpec
 
 DEFAULT_PROMPTS = "traces/prompts/heldout.jsonl"
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
@@ -86,6 +87,8 @@ def register(app: typer.Typer) -> None:
             calibration=calibration,
         )
         check_options(spec, clock, drafter is not None)  # before any model is loaded
+        if out is not None:
+            check_output_dir(out, RUN_OWNER)
         threads = profile_threads(spec.profile)
         if threads:
             torch.set_num_threads(threads)

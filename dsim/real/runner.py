@@ -10,13 +10,12 @@ from pathlib import Path
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
 from dsim.errors import InputError
-from dsim.fileio import atomic_dir
 from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle, parse_policy
 from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
-from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run_files
+from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run
 
 CLOCKS = ("profile", "wall")
 
@@ -114,8 +113,6 @@ def run_real(
 
 
 def write_real_run(run: RealRun, out: str | Path) -> None:
-    """What `dsim run` writes, plus texts.jsonl (one generated text per request), together."""
+    """What `dsim run` writes, plus texts.jsonl (one generated text per request)."""
     texts = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts)
-    with atomic_dir(out) as tmp:
-        write_run_files(run.result, run.spec, tmp)
-        (tmp / "texts.jsonl").write_text(texts)
+    write_run(run.result, run.spec, out, lambda folder: (folder / "texts.jsonl").write_text(texts))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from dsim import policy_commands
 from dsim.acceptance import commands as acceptance_commands
 from dsim.errors import InputError
 from dsim.hardware import commands as hardware_commands
@@ -36,6 +37,7 @@ for module in (
     models_commands,
     pareto_commands,
     validate_commands,
+    policy_commands,
 ):
     module.register(app)
 
@@ -49,7 +51,8 @@ def run(
     ),
     policy: str = typer.Option(
         "dspark",
-        help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle",
+        help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
+        "MODULE:CLASS | FILE.py:CLASS (docs/policies.md)",
     ),
     gamma: int = typer.Option(7, help="Drafts proposed per round."),
     seed: int = typer.Option(0, help="Random seed (same seed, same bytes)."),
@@ -61,6 +64,9 @@ def run(
     prefill_chunk: int = typer.Option(2048, help="Prefill tokens per step (chunked prefill)."),
     draft_cost: str = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV."),
     sla_tps: float | None = typer.Option(None, help="Per-user tok/s the schedulers must keep."),
+    sched_cost: str = typer.Option(
+        "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
+    ),
     calibration: str | None = typer.Option(
         None,
         help="STS calibration JSON for an acceptance trace; 'raw' ignores a calibrated sidecar.",
@@ -94,6 +100,7 @@ def run(
         draft_cost,
         sla_tps,
         calibration,
+        sched_cost=sched_cost,
     )
     if real:
         with progress_bar("serving (real)", total=1, enabled=progress) as update:

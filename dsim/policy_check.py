@@ -205,8 +205,9 @@ def concave(batch_tokens):
 # is where a search without early stop looks ahead (docs/design.md, "policies & losslessness").
 CLIFF = np.array([np.nan, np.nan, 1.0, 0.9, 0.55, 0.5, 0.5, 0.5, 0.5])
 PROFILES = {"concave": concave, "cliff": CLIFF}
-# (profile, SLA in tok/s): none, one that binds in some rounds, one no round can meet.
-TOY_SETTINGS = (("concave", None), ("cliff", None), ("concave", 1.0), ("cliff", 1.2))
+# (profile, SLA in tok/s): none, or one that stops dspark's admission in many rounds (on the
+# cliff an SLA either never binds or stops every round at 0).
+TOY_SETTINGS = (("concave", None), ("cliff", None), ("concave", 1.2), ("concave", 1.6))
 
 
 def toy_decode(

@@ -168,7 +168,8 @@ def test_infeasible_sla_keeps_algorithm_1s_schedule(seed):
     free = dspark_lengths(conf, sps)
     np.testing.assert_array_equal(dspark_lengths(conf, sps, sla_tps=1e9), free)
     # the old cut verified nothing here, the slowest round for every request
-    assert dspark_lengths(np.array([[0.8, 0.9]]), np.array([0, 1.0, 0.95, 0.9]), 1e9).tolist() == [2]
+    issue_sps = np.array([np.nan, 1.0, 0.95, 0.9])
+    assert dspark_lengths(np.array([[0.8, 0.9]]), issue_sps, 1e9).tolist() == [2]
 
 
 def test_threshold_takes_longest_prefix_above_h():

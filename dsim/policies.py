@@ -116,7 +116,8 @@ def _sla_stop_dense(
 
 
 def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
-    """Algorithm 1 (docs/design.md, "round"): greedy admission by prefix survival, early stop.
+    """Algorithm 1 (docs/design.md, "policies & losslessness"): greedy admission by prefix
+    survival with early stop.
 
     Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
     improves and (with an SLA) no request meeting it falls below; the first failure stops the

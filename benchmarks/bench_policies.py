@@ -1,8 +1,9 @@
-"""Scheduler cost per round: dspark_lengths for R = 256 requests, gamma = 7.
+"""Scheduler cost per round at R = 32, 128, 256 requests, gamma = 7.
 
-Target: under 100 microseconds per call (the scheduler runs every round; docs/design.md,
-Verification policies and losslessness).
-Run: .venv/bin/python benchmarks/bench_policies.py
+Target: dspark_lengths under 100 microseconds per call at R = 256 (docs/design.md,
+The dspark scheduler: the scheduler runs every round). The dspark figures with an SPS table (what a
+real engine would precompute) are the scheduler's own time behind `--sched-cost auto`
+(dsim/engine/config.py). Run: .venv/bin/python benchmarks/bench_policies.py
 """
 
 from __future__ import annotations
@@ -12,24 +13,33 @@ import timeit
 import numpy as np
 
 from dsim.hardware.latency import LatencyModel
-from dsim.policies import dspark_lengths
+from dsim.policies import dspark_lengths, parse_policy
 
-R, GAMMA = 256, 7
+GAMMA = 7
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    conf = rng.uniform(0.3, 1.0, size=(R, GAMMA))
     model = LatencyModel.from_csv("profiles/h200-qwen3-8b-roofline.csv")
-    table = 1.0 / model.latency(np.arange(R * (GAMMA + 1) + 1), 2048.0)
+    table = 1.0 / model.latency(np.arange(256 * (GAMMA + 1) + 1), 2048.0)
 
     def callable_sps(b):
         return 1.0 / model.latency(b, 2048.0)
 
-    for label, sps in (("table", table), ("profile callable", callable_sps)):
-        n = 2000
-        best = min(timeit.repeat(lambda s=sps: dspark_lengths(conf, s), number=n, repeat=5)) / n
-        print(f"dspark_lengths R={R} gamma={GAMMA} sps={label}: {best * 1e6:.1f} us/call")
+    threshold = parse_policy("threshold:0.5")
+    for r in (32, 128, 256):
+        conf = rng.uniform(0.3, 1.0, size=(r, GAMMA))
+        sla = 0.8 * float((1 + np.cumprod(conf, 1)[:, :3].sum(1)).mean() * table[r * 4])
+        cases = {
+            "dspark, SPS table": lambda c=conf: dspark_lengths(c, table),
+            "dspark, profile callable": lambda c=conf: dspark_lengths(c, callable_sps),
+            "dspark, SPS table, SLA": lambda c=conf, s=sla: dspark_lengths(c, table, s),
+            "threshold:0.5": lambda c=conf: threshold.lengths(c, table, None),
+        }
+        for label, call in cases.items():
+            n = 500
+            best = min(timeit.repeat(call, number=n, repeat=5)) / n
+            print(f"R={r:3d} gamma={GAMMA} {label}: {best * 1e6:.1f} us/call")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any, NoReturn, get_args
 
 import typer
 
-from dsim import run_commands
+from dsim import policy_commands, run_commands
 from dsim.acceptance import commands as acceptance_commands
 from dsim.errors import InputError, Interrupted, SimulationStuck
 from dsim.hardware import commands as hardware_commands
@@ -33,6 +33,7 @@ for module in (
     acceptance_commands,
     models_commands,
     pareto_commands,
+    policy_commands,
 ):
     module.register(app)
 

@@ -12,7 +12,7 @@ class InputError(Exception):
         self.path = str(path) if path is not None else None
         self.row = row
         self.problem = problem
-        super().__init__(str(self))
+        super().__init__(path, row, problem)  # re-creatable from args (simpy re-raises so)
 
     def __str__(self) -> str:
         where = [p for p in (self.path, None if self.row is None else f"row {self.row}") if p]

@@ -4,7 +4,7 @@
 calibration files, checkpoints). It tells "not found" from "a directory", "not a regular file"
 (a FIFO would block forever) and "permission denied", and, inside `recording()`, notes the
 file, so a sweep can key its cache on every file a simulation reads, whichever spec led there
-(docs/design.md, "trace/profile formats").
+(docs/design.md, Trace and profile formats).
 """
 
 from __future__ import annotations

@@ -6,7 +6,13 @@ A policy is an object with `lengths(conf, sps, truth) -> int array` where `conf`
 R x gamma conditional confidences, `sps(B)` the steps per second of a round that verifies B tokens
 (vectorised over B; it already includes the drafter and any prefill work of the step), and
 `truth` the accepted prefix had all drafts been verified (only the oracle may look at it).
-`drafts` says whether the policy runs the drafter at all (no drafter cost for `ar`).
+`drafts` says whether the policy runs the drafter at all (no drafter cost for `ar`);
+`synchronous` whether it needs this round's confidences on the host before the verify pass can
+be launched (it then pays the engine's per-round scheduling cost); an optional
+`observe(lengths, accepted)` receives each round's outcome. docs/policies.md has the protocol.
+
+Lossless rule: for every policy but the oracle, whether draft j of a request is verified never
+depends on that request's confidences of drafts j+1..gamma (they are computed from draft j).
 """
 
 from __future__ import annotations
@@ -30,16 +36,18 @@ def _sps_at(sps: SPS, b: np.ndarray) -> np.ndarray:
 def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
 
-    Survival never rises along a row; a relative nudge of 1e-12 per position makes it strictly
-    fall, so even on exact ties (confidence 1.0) j comes before j + 1 and every prefix of the
-    order is a valid schedule. (An unstable sort on the nudged keys is 3x faster than a stable
-    one; ties across requests are broken arbitrarily but deterministically.)
+    Ties go by flat index (r, then j), so on exact ties (confidence 1.0) j comes before j + 1,
+    every prefix of the order is a valid schedule, and the place of (r, j) in the order depends
+    only on the candidates ahead of it, never on r's later confidences. The fast unstable sort
+    is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
     """
-    a = np.cumprod(conf, axis=1)
-    key = (a * (1.0 - 1e-12 * np.arange(conf.shape[1]))).ravel()
-    order = np.argsort(-key)
-    order = order[key[order] > 0]
-    return order // conf.shape[1], a.ravel()[order]
+    a = np.cumprod(conf, axis=1).ravel()
+    keep = np.flatnonzero(a > 0)
+    order = np.argsort(-a[keep])
+    if (np.diff(a[keep][order]) == 0).any():
+        order = np.argsort(-a[keep], kind="stable")
+    order = keep[order]
+    return order // conf.shape[1], a[order]
 
 
 def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,40 +61,74 @@ def _to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
     return np.bincount(rows, minlength=r).astype(np.int64)
 
 
-def _sla_cut(
+def _sla_stop(
     rows: np.ndarray, survival: np.ndarray, r: int, k: int, speed: np.ndarray, sla_tps: float | None
 ) -> int:
-    """Largest k' <= k whose round keeps every request's expected speed >= sla_tps.
+    """How many of the first k candidates to admit so that no admission takes a request that
+    meets the SLA below it.
 
-    Request r's expected speed is E[tau_r] * SPS(B) with E[tau_r] = 1 + its admitted
-    survivals, so the SLA caps the round latency at min_r E[tau_r] / sla_tps. Candidates are
-    dropped from the lowest survival up; each pass jumps to the largest k' meeting the cap of
-    the current k (the cap only falls as k falls), so a few O(k) passes suffice. If even k' = 0
-    misses the SLA, the round verifies nothing: the fastest round the hardware can do.
+    Request r's expected speed after k admissions is tau_r(k) * SPS(R + k), tau_r = 1 + its
+    admitted survivals; it meets the SLA when SPS(R + k) >= sla_tps / tau_r(k). Admission stops
+    at the first candidate after which some request that met the SLA no longer does; requests
+    that miss it already stop nothing, so an SLA no round can meet leaves Algorithm 1's
+    schedule. A prefix rule: admitting candidate i depends only on candidates 1..i, which keeps
+    decoding lossless (a cut that removes admitted candidates would let later ones decide).
     """
-    if sla_tps is None:
+    if sla_tps is None or k == 0:
         return k
-    while k > 0:
-        cap = 1.0 + np.bincount(rows[:k], weights=survival[:k], minlength=r).min()
-        fits = np.flatnonzero(speed[: k + 1] * cap >= sla_tps)
-        if len(fits) and fits[-1] == k:
-            return k
-        k = int(fits[-1]) if len(fits) else 0
-    return 0
+    rows, survival, speed = rows[:k], survival[:k], speed[: k + 1]
+    if (np.diff(speed) > 0).any():
+        return _sla_stop_dense(rows, survival, r, speed, sla_tps)
+    # With SPS non-increasing in B, a request whose tau stays t over steps s..e-1 drops out at
+    # the first step where SPS < sla/t, if it met the SLA at s and that step is before e.
+    order = np.argsort(rows, kind="stable")
+    grouped, gain = rows[order], survival[order]
+    starts = np.r_[True, grouped[1:] != grouped[:-1]]
+    total = np.cumsum(gain)
+    before = (total - gain)[np.maximum.accumulate(np.where(starts, np.arange(k), 0))]
+    tau = np.empty(k)
+    tau[order] = 1.0 + total - before  # tau of the admitted request after each admission
+    ends = np.full(k, k + 1)  # the step of the same request's next admission
+    same = ~starts[1:]
+    ends[order[:-1][same]] = order[1:][same] + 1
+    first = np.full(r, k + 1)
+    first[grouped[starts]] = order[starts] + 1
+    t = np.r_[np.ones(r), tau]
+    s = np.r_[np.zeros(r, np.int64), np.arange(1, k + 1)]
+    e = np.r_[first, ends]
+    threshold = sla_tps / t
+    out = np.searchsorted(-speed, -threshold, side="right")  # first step with SPS < sla/t
+    inside = (speed[s] >= threshold) & (out < e)
+    entry = (speed[:-1] >= sla_tps / (tau - survival)) & (speed[1:] < sla_tps / tau)
+    drops = np.r_[out[inside], np.flatnonzero(entry) + 1]
+    return min(k, int(drops.min()) - 1) if len(drops) else k
+
+
+def _sla_stop_dense(
+    rows: np.ndarray, survival: np.ndarray, r: int, speed: np.ndarray, sla_tps: float
+) -> int:
+    """`_sla_stop` for any SPS: every request's tau at every step (O(k R) memory and time)."""
+    k = len(rows)
+    gain = np.zeros((k + 1, r))
+    gain[np.arange(1, k + 1), rows] = survival
+    meets = speed[:, None] >= sla_tps / (1.0 + np.cumsum(gain, axis=0))
+    drops = np.flatnonzero((meets[:-1] & ~meets[1:]).any(axis=1))
+    return int(drops[0]) if len(drops) else k
 
 
 def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
     """Greedy admission by prefix survival with early stop (docs/design.md, The dspark scheduler).
 
     Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
-    improves; the first non-improvement stops the search (this keeps decoding lossless).
+    improves and (with an SLA) no request meeting it falls below; the first failure stops the
+    search, which keeps decoding lossless.
     """
     r = conf.shape[0]
     rows, survival = _candidates(conf)
     speed, theta = _theta(sps, r, survival)
     worse = np.flatnonzero(np.diff(theta) <= 0)
     k = int(worse[0]) if len(worse) else len(survival)
-    return _to_lengths(rows[: _sla_cut(rows, survival, r, k, speed, sla_tps)], r)
+    return _to_lengths(rows[: _sla_stop(rows, survival, r, k, speed, sla_tps)], r)
 
 
 def global_capacity(conf: np.ndarray, sps: SPS) -> int:
@@ -102,6 +144,7 @@ class Fixed:
 
     k: int
     name: str
+    synchronous: bool = False
 
     @property
     def drafts(self) -> bool:
@@ -113,32 +156,72 @@ class Fixed:
 
 @dataclass
 class Threshold:
-    """`threshold:h`: per request, the longest prefix whose survival is >= h."""
+    """`threshold:h`: per request, the longest prefix whose survival is >= h.
+
+    Synchronous: the host needs the lengths (this round's confidences) to size the verify pass.
+    """
 
     h: float
     name: str
     drafts: bool = True
+    synchronous: bool = True
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return (np.cumprod(conf, axis=1) >= self.h).sum(axis=1).astype(np.int64)
 
 
+def _count_from(values: np.ndarray, gamma: int) -> np.ndarray:
+    """For j = 1..gamma, how many of `values` are >= j."""
+    return np.cumsum(np.bincount(values, minlength=gamma + 1)[::-1])[::-1][1 : gamma + 1]
+
+
 @dataclass
 class Goodput:
-    """`goodput`: one length for the whole batch, argmax_l sum_r E[tau_r(l)] * SPS(R (1 + l))."""
+    """`goodput` (SmartSpec-style): one length l for the whole batch,
+    argmax_l R * E[tau(l)] * SPS(R (1 + l)), with E[tau(l)] = 1 + sum_{j<=l} p_1 ... p_j from
+    per-position acceptance p_j MEASURED over the batch's last `window` rounds.
+
+    p_j = drafts accepted at position j / drafts tried there (verified, with drafts 1..j-1
+    accepted), summed over the window (fed by `observe`). A position with no tries in the window
+    takes p_{j-1} (p_0 = 1), so the cold start (no rounds yet) assumes acceptance 1 and picks
+    the length the hardware pays for most. Nothing of this round's drafts enters the choice, so
+    it is lossless and needs no host sync. With an SLA, l maximises throughput among the lengths
+    whose expected per-request speed E[tau(l)] * SPS meets it; if none does, among all.
+    """
 
     name: str = "goodput"
     sla_tps: float | None = None
+    window: int = 32
     drafts: bool = True
+    synchronous: bool = False
+    _rounds: deque = field(default_factory=deque)
+
+    def acceptance(self, gamma: int) -> np.ndarray:
+        """Measured p_1..p_gamma over the window (see the class doc)."""
+        tried = np.zeros(gamma)
+        accepted = np.zeros(gamma)
+        for t, a in self._rounds:
+            n = min(gamma, len(t))
+            tried[:n] += t[:n]
+            accepted[:n] += a[:n]
+        p = np.ones(gamma + 1)
+        for j in range(1, gamma + 1):
+            p[j] = accepted[j - 1] / tried[j - 1] if tried[j - 1] else p[j - 1]
+        return p[1:]
+
+    def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
+        gamma = int(lengths.max(initial=0))
+        tried = _count_from(np.minimum(lengths, accepted + 1), gamma)
+        self._rounds.append((tried, _count_from(accepted, gamma)))
+        if len(self._rounds) > self.window:
+            self._rounds.popleft()
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r, gamma = conf.shape
-        tau_r = 1.0 + np.concatenate([np.zeros((r, 1)), np.cumsum(np.cumprod(conf, 1), 1)], 1)
-        speed = _sps_at(sps, r * (1 + np.arange(gamma + 1)))
-        theta = tau_r.sum(axis=0) * speed
-        if self.sla_tps is not None:  # every request's expected speed must reach the SLA
-            theta = np.where(tau_r.min(axis=0) * speed >= self.sla_tps, theta, -np.inf)
-            theta[0] = max(theta[0], 0.0)
+        tau = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(self.acceptance(gamma)))])
+        speed = tau * _sps_at(sps, r * (1 + np.arange(gamma + 1)))
+        ok = speed >= self.sla_tps if self.sla_tps is not None else np.ones(gamma + 1, bool)
+        theta = np.where(ok if ok.any() else True, speed, -np.inf)
         return np.full(r, int(np.argmax(theta)), dtype=np.int64)
 
 
@@ -149,6 +232,7 @@ class DSpark:
     name: str = "dspark"
     sla_tps: float | None = None
     drafts: bool = True
+    synchronous: bool = True
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return dspark_lengths(conf, sps, self.sla_tps)
@@ -159,16 +243,19 @@ class DSparkAsync:
     """`dspark-async`: capacity from confidences two rounds old, spent on current top candidates.
 
     The global search (no early stop) runs on the batch of round t-2; its capacity per request
-    times the current batch size gives this round's token budget K, which goes to the K
-    candidates with the highest current survival. Until a capacity two rounds old exists (the
-    first two rounds) it schedules like `dspark`: a global search on current confidences would
-    let the choice depend on the drafted tokens and bias the output (docs/design.md, The
-    losslessness rule).
+    times the current batch size gives this round's token budget K, which goes to the first K
+    candidates in current survival order (with an SLA, admission stops earlier at the first
+    candidate that would take a request meeting it below, as in `dspark`). The host knows K
+    before this round's confidences exist and the top-K pick runs on the device: no host sync.
+    Until a capacity two rounds old exists (the first two rounds) it schedules like `dspark`: a
+    global search on current confidences would let the choice depend on the drafted tokens and
+    bias the output (docs/design.md, The losslessness rule).
     """
 
     name: str = "dspark-async"
     sla_tps: float | None = None
     drafts: bool = True
+    synchronous: bool = False
     _history: deque = field(default_factory=lambda: deque(maxlen=3))
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
@@ -180,7 +267,7 @@ class DSparkAsync:
         k = min(len(survival), int(round(self._history[0] * r)))
         if self.sla_tps is not None:
             speed = _sps_at(sps, r + np.arange(k + 1))
-            k = _sla_cut(rows, survival, r, k, speed, self.sla_tps)
+            k = _sla_stop(rows, survival, r, k, speed, self.sla_tps)
         return _to_lengths(rows[:k], r)
 
 
@@ -190,6 +277,7 @@ class Oracle:
 
     name: str = "oracle"
     drafts: bool = True
+    synchronous: bool = False
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return np.minimum(truth, conf.shape[1]).astype(np.int64)
@@ -204,11 +292,14 @@ POLICY_NAMES = (
     "dspark",
     "dspark-async",
     "oracle",
+    "MODULE:CLASS",
+    "FILE.py:CLASS",
 )
 
 
 def parse_policy(spec: str, sla_tps: float | None = None):
-    """A fresh policy object (policies may keep per-run state) from its name."""
+    """A fresh policy object (policies may keep per-run state) from its name, or a plug-in
+    `module.path:ClassName` / `file.py:ClassName` (docs/policies.md)."""
     kind, _, arg = spec.partition(":")
     try:
         if kind in ("ar", "mtp1") and not arg:
@@ -224,4 +315,9 @@ def parse_policy(spec: str, sla_tps: float | None = None):
         return simple[kind](sla_tps=sla_tps)
     if spec == "oracle":
         return Oracle()
+    target, _, cls = spec.rpartition(":")
+    if target and cls.isidentifier() and kind not in ("fixed", "threshold", *simple):
+        from dsim.policy_plugin import load_plugin
+
+        return load_plugin(spec, sla_tps)
     raise InputError(None, None, f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)}")

@@ -14,7 +14,7 @@ import simpy
 from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number, parse_number
 from dsim.engine.backend import Backend, Simulated
-from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.config import EngineConfig, parse_draft_cost, parse_sched_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import LatencyModel
@@ -49,6 +49,7 @@ class RunSpec:
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
+    sched_cost: str = "auto"  # per-round cost of synchronous schedulers (docs/policies.md)
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time)."""
@@ -134,7 +135,13 @@ def run_engine(
     fields are ignored here (the caller built `workload` and `backend` from them).
     """
     policy = parse_policy(spec.policy, spec.sla_tps)
-    cfg = EngineConfig(spec.gamma, spec.max_seqs, spec.kv_tokens, prefill_chunk=spec.prefill_chunk)
+    cfg = EngineConfig(
+        spec.gamma,
+        spec.max_seqs,
+        spec.kv_tokens,
+        prefill_chunk=spec.prefill_chunk,
+        sched=parse_sched_cost(spec.sched_cost),
+    )
     latency = LatencyModel.from_csv(spec.profile)
     draft_cost = parse_draft_cost(spec.draft_cost)
     rng = np.random.default_rng(spec.seed)

@@ -24,7 +24,9 @@ from dsim.run import (
 TRACE = typer.Option(DEFAULT_TRACE, help="Arrival trace file or synthetic:KEY=V,...")
 PROFILE = typer.Option(DEFAULT_PROFILE, help="Hardware load profile CSV of the target.")
 POLICY = typer.Option(
-    "dspark", help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle"
+    "dspark",
+    help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
+    "MODULE:CLASS | FILE.py:CLASS (docs/policies.md)",
 )
 SEED = typer.Option(0, help="Random seed (same seed, same bytes).")
 WINDOW = typer.Option(None, help="Keep arrivals in START:END seconds.")
@@ -35,6 +37,9 @@ KV_TOKENS = typer.Option(500_000, help="KV-cache budget in tokens (16-token bloc
 PREFILL_CHUNK = typer.Option(2048, help="Prefill tokens per step (chunked prefill).")
 DRAFT_COST = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV.")
 SLA_TPS = typer.Option(None, help="Per-user tok/s the schedulers must keep.")
+SCHED_COST = typer.Option(
+    "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
+)
 PROGRESS = typer.Option(True, help="Show a progress bar.")
 
 
@@ -64,6 +69,7 @@ def register(app: typer.Typer) -> None:
         prefill_chunk: int = PREFILL_CHUNK,
         draft_cost: str = DRAFT_COST,
         sla_tps: float | None = SLA_TPS,
+        sched_cost: str = SCHED_COST,
         calibration: str | None = typer.Option(
             None,
             help="STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
@@ -88,6 +94,7 @@ def register(app: typer.Typer) -> None:
             draft_cost,
             sla_tps,
             calibration,
+            sched_cost=sched_cost,
         )
         if out is not None:
             check_output_dir(out, RUN_OWNER)  # before the work, not after it

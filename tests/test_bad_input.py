@@ -112,6 +112,9 @@ def test_bad_profile(rejected, tmp_path, rows, expected):
         ("--acceptance", "preset:dspark:chat[rho=1]", "rho must lie in [0, 1)"),
         ("--acceptance", "iid:1.5", "must lie in [0, 1]"),
         ("--draft-cost", "ratio:-1", "ratio must be a finite number >= 0"),
+        ("--policy", "nosuch.module:Policy", "cannot import 'nosuch.module'"),
+        ("--policy", "missing_file.py:Policy", "policy file not found"),
+        ("--sched-cost", "fast", "--sched-cost 'fast'"),
         ("--trace", "synthetic:rate=0", "rate must be a finite number > 0"),
     ],
 )

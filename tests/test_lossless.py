@@ -4,38 +4,30 @@ The rule and its worked counterexample: docs/design.md, The losslessness rule.
 
 Speculative decoding is exact only if the decision to verify draft k depends on nothing but
 drafts 1..k-1. Confidences here depend on the drafted tokens (c_k is a function of x_{k-1}),
-which is exactly what a global search without early stop gets wrong.
+which is exactly what a global search without early stop, or an SLA that removes admitted
+candidates, gets wrong. Two checks (dsim/policy_check.py, also behind `dsim check-policy`):
+the property on random instances, and a chi-square test of the decoded tokens.
 """
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-from toy_spec import chain, joint_pvalue, speculative_decode
 
 from dsim.models.sampling import verify
-from dsim.policies import _candidates, _to_lengths, global_capacity, parse_policy
+from dsim.models.toy_decoder import joint_pvalue
+from dsim.policies import _candidates, _theta, _to_lengths, global_capacity, parse_policy
+from dsim.policy_check import TOY_SETTINGS, check_property, toy_chains, toy_decode
 
-V, GAMMA, OUT_LEN, N_SEQ, BATCH = 4, 3, 3, 24000, 2
-# Conditional confidence of the next draft given the previous token (row V: the start state).
-CONF = np.array([0.95, 0.15, 0.8, 0.5, 0.9])
-
-
-TARGET, DRAFT = chain(V, 1, 1.5), chain(V, 2, 1.5)
-
-
-def concave(batch_tokens):
-    """Steps per second of a round verifying B tokens: slows down smoothly as B grows, so
-    every policy picks varied lengths."""
-    return 1.0 / (1.0 + 0.12 * np.asarray(batch_tokens, dtype=np.float64))
-
-
-# A cliff after one extra token, then flat (as in the worked counterexample of docs/design.md):
-# long blocks can pay when short ones do not, which is where a search without early stop
-# looks ahead.
-CLIFF = np.array([np.nan, np.nan, 1.0, 0.9, 0.55, 0.5, 0.5, 0.5, 0.5])
-PROFILES = {"concave": concave, "cliff": CLIFF}
+ROOT = Path(__file__).resolve().parent.parent
+BIASED = str(ROOT / "docs" / "examples" / "biased_policy.py")
+N_SEQ = 24000
+TARGET, _ = toy_chains()
+BUILT_IN = ["ar", "mtp1", "fixed:2", "threshold:0.5", "goodput", "dspark", "dspark-async"]
 
 
 def global_search(conf, sps_fn, truth=None):
@@ -44,43 +36,91 @@ def global_search(conf, sps_fn, truth=None):
     return _to_lengths(rows[: global_capacity(conf, sps_fn)], conf.shape[0])
 
 
-def decode(policy: str, sps, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Speculative decoding of N_SEQ sequences in batches of BATCH until each has OUT_LEN
-    tokens, each batch scheduled by its own policy object (dspark-async keeps state); returns
-    the tokens and the verify lengths chosen in the first round."""
-    n_batches = N_SEQ // BATCH
-    if policy == "global":
-        choose = [lambda conf: global_search(conf, sps)] * n_batches
-    else:
-        policies = [parse_policy(policy) for _ in range(n_batches)]
-        choose = [lambda conf, p=p: p.lengths(conf, sps, None) for p in policies]
+class OldSlaCut:
+    """The SLA rule issue 11 replaced: Algorithm 1, then the largest k' <= k whose round keeps
+    every request's expected speed >= the SLA (0 if none): later candidates decide earlier ones."""
 
-    def lengths_for(states: np.ndarray) -> np.ndarray:
-        conf = CONF[states]  # the confidence of each draft depends on the token before it
-        return np.concatenate([f(conf[i * BATCH : (i + 1) * BATCH]) for i, f in enumerate(choose)])
+    drafts = True
 
-    return speculative_decode(TARGET, DRAFT, lengths_for, N_SEQ, OUT_LEN, GAMMA, seed)
+    def __init__(self, sla_tps=None):
+        self.sla_tps = sla_tps
+
+    def lengths(self, conf, sps, truth):
+        r = conf.shape[0]
+        rows, survival = _candidates(conf)
+        speed, theta = _theta(sps, r, survival)
+        worse = np.flatnonzero(np.diff(theta) <= 0)
+        k = int(worse[0]) if len(worse) else len(survival)
+        while self.sla_tps is not None and k > 0:
+            slowest = 1.0 + np.bincount(rows[:k], weights=survival[:k], minlength=r).min()
+            if speed[k] * slowest >= self.sla_tps:
+                break
+            k -= 1
+        return _to_lengths(rows[:k], r)
 
 
-@pytest.mark.parametrize("profile", PROFILES)
-@pytest.mark.parametrize("policy", ["ar", "fixed:2", "dspark", "dspark-async"])
-def test_policies_are_lossless(policy: str, profile: str) -> None:
-    out, lengths = decode(policy, PROFILES[profile], seed=3)
-    if policy not in ("ar", "fixed:2"):  # the test means something only if lengths vary
-        assert len(np.unique(lengths)) >= 2
+# -- the property on random instances -----------------------------------------------------------
+@pytest.mark.parametrize("spec", BUILT_IN)
+def test_property_holds_for_every_built_in_policy_and_sla(spec: str) -> None:
+    runs, found = check_property(lambda sla: parse_policy(spec, sla), trials=6, seed=1)
+    assert found is None, found.describe()
+    assert runs == 5 * 4 * 6 * 6
+
+
+@pytest.mark.parametrize(
+    "make", [lambda sla: OldSlaCut(sla), lambda sla: parse_policy(f"{BIASED}:GlobalSearch")]
+)
+def test_property_catches_the_flawed_rules(make) -> None:
+    _, found = check_property(make, trials=30, seed=1)
+    assert found is not None
+    r, d = found.instance.request, found.instance.draft
+    assert min(found.lengths[r], d) != min(found.changed_lengths[r], d)
+    assert found.instance.conf.shape[0] <= 2  # shrunk to (nearly) the smallest case
+
+
+# -- the decoded tokens on the toy vocabulary ---------------------------------------------------
+@functools.cache
+def decoded(spec: str, profile: str, sla: float | None, seed: int = 3):
+    return toy_decode(lambda s: parse_policy(spec, s), profile, sla, N_SEQ, seed)
+
+
+@pytest.mark.parametrize(("profile", "sla"), TOY_SETTINGS)
+@pytest.mark.parametrize("spec", ["dspark", "dspark-async", "goodput"])
+def test_adaptive_policies_are_lossless(spec: str, profile: str, sla: float | None) -> None:
+    out, rounds = decoded(spec, profile, sla)
+    assert len(np.unique(np.concatenate(rounds))) >= 2  # lengths vary: the test means something
     assert joint_pvalue(out, TARGET) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("spec", "profile"), [("ar", "concave"), ("fixed:2", "cliff"), ("threshold:0.5", "cliff")]
+)
+def test_static_policies_are_lossless(spec: str, profile: str) -> None:
+    out, _ = decoded(spec, profile, None)
+    assert joint_pvalue(out, TARGET) > 1e-3
+
+
+@pytest.mark.parametrize(("profile", "sla"), [s for s in TOY_SETTINGS if s[1] is not None])
+def test_sla_settings_change_the_schedule(profile: str, sla: float) -> None:
+    """The SLA rows above test the SLA rule only if it binds: it shortens many rounds."""
+    _, free = decoded("dspark", profile, None)
+    _, capped = decoded("dspark", profile, sla)
+    shorter = sum((c < f).sum() for f, c in zip(free, capped, strict=False))
+    assert shorter > 0.05 * N_SEQ
 
 
 def test_global_search_without_early_stop_is_biased() -> None:
     """The same test catches the flawed variant under the cliff profile: it has power."""
-    out, lengths = decode("global", CLIFF, seed=3)
-    assert len(np.unique(lengths)) >= 3
+    out, rounds = toy_decode(lambda s: parse_policy(f"{BIASED}:GlobalSearch"), "cliff", None,
+                             N_SEQ, 3)  # fmt: skip
+    assert len(np.unique(rounds[0])) >= 3
     assert joint_pvalue(out, TARGET) < 1e-6
 
 
-# -- the worked counterexample of docs/design.md --------------------------------------------
+# -- worked cases: docs/design.md ("policies & losslessness") and issue 11 ---------------------
 N_TRIALS = 40000
 SPS_TABLE = np.array([np.nan, 1.0, 0.5, 0.45])  # SPS(B) for B = 1, 2, 3 tokens
+SPS_SLA = np.array([np.nan, 1.0, 0.95, 0.9])  # issue 11's SLA case, with --sla-tps 1.75
 P_TARGET = torch.tensor([0.7, 0.3], dtype=torch.float64)
 P_DRAFT = torch.tensor([0.5, 0.5], dtype=torch.float64)
 
@@ -112,9 +152,19 @@ def test_counterexample_global_search_gives_085() -> None:
     assert _close(p_hat, 0.85) and not _close(p_hat, 0.7)
 
 
-def test_counterexample_dspark_gives_07() -> None:
-    policy = parse_policy("dspark")
+@pytest.mark.parametrize("spec", ["dspark", "goodput"])
+def test_counterexample_gives_07(spec: str) -> None:
+    """goodput chose its length from this round's confidences before issue 11 (2 vs 0 here)."""
+    policy = parse_policy(spec)
     assert _close(first_token_a(lambda conf: policy.lengths(conf, SPS_TABLE, None)), 0.7)
+
+
+def test_issue_sla_counterexample_old_cut_gives_085_prefix_rule_07() -> None:
+    old = OldSlaCut(1.75)
+    p_old = first_token_a(lambda conf: old.lengths(conf, SPS_SLA, None))
+    assert _close(p_old, 0.85) and not _close(p_old, 0.7)
+    new = parse_policy("dspark", 1.75)
+    assert _close(first_token_a(lambda conf: new.lengths(conf, SPS_SLA, None)), 0.7)
 
 
 def test_counterexample_dspark_async_gives_07_once_history_is_old() -> None:

@@ -11,10 +11,15 @@ from dsim.policies import (
     DSparkAsync,
     Goodput,
     Threshold,
+    _candidates,
+    _sla_stop,
+    _sla_stop_dense,
+    _theta,
     dspark_lengths,
     global_capacity,
     parse_policy,
 )
+from dsim.policy_check import random_conf, random_sps
 
 
 def convex_latency(knee: float, slope: float = 1.0, base: float = 0.0):
@@ -82,29 +87,89 @@ def test_early_stop_differs_from_global_search_on_a_jagged_profile():
     assert global_capacity(conf, sps) == 3
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_sla_keeps_the_largest_prefix_where_every_request_meets_it(seed):
+def reference_lengths(conf: np.ndarray, sps: np.ndarray, sla: float | None) -> np.ndarray:
+    """Algorithm 1 with the SLA rule, one candidate at a time: admit in descending survival
+    (ties by request, then position); stop at the first candidate that does not raise the
+    expected throughput or that takes a request meeting the SLA below it."""
+    r, gamma = conf.shape
+    a = np.cumprod(conf, axis=1).ravel()
+    order = [i for i in np.argsort(-a, kind="stable") if a[i] > 0]
+    gained, total, best = np.zeros(r), 0.0, r * sps[r]
+    lengths = np.zeros(r, np.int64)
+    for b, i in enumerate(order, start=r + 1):
+        q = i // gamma
+        after = gained.copy()
+        after[q] += a[i]
+        theta = (r + total + a[i]) * sps[b]
+        if theta <= best:
+            break
+        if sla is not None:
+            met = sps[b - 1] >= sla / (1.0 + gained)
+            if (met & (sps[b] < sla / (1.0 + after))).any():
+                break
+        gained, total, best = after, total + a[i], theta
+        lengths[q] += 1
+    return lengths
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_sla_rule_matches_the_one_at_a_time_reference(seed):
     rng = np.random.default_rng(seed)
-    conf = rng.uniform(0.2, 1.0, size=(rng.integers(1, 6), 4))
-    sps = convex_latency(knee=rng.uniform(1, 6), base=rng.uniform(0.5, 3))
-    a = np.cumprod(conf, axis=1)
+    r, gamma = int(rng.integers(1, 7)), int(rng.integers(1, 6))
+    conf = random_conf(rng, r, gamma)
+    sps = random_sps(rng, r * (gamma + 1))
+    if seed % 3 == 0:  # SPS that rises somewhere: the dense path
+        sps = sps * rng.uniform(0.8, 1.2, len(sps))
+    sla = rng.choice([None, 0.6, 1.0, 1.4, 2.5, 1e9])
+    sla = None if sla is None else float(sla) * sps[r]
+    np.testing.assert_array_equal(dspark_lengths(conf, sps, sla), reference_lengths(conf, sps, sla))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_sla_fast_path_equals_dense_path(seed):
+    rng = np.random.default_rng(seed)
+    r, gamma = int(rng.integers(1, 40)), int(rng.integers(1, 8))
+    conf = random_conf(rng, r, gamma)
+    rows, survival = _candidates(conf)
+    speed, _ = _theta(random_sps(rng, r * (gamma + 1)), r, survival)
+    sla = float(rng.uniform(0.3, 3.0) * speed[0])
+    k = len(rows)
+    assert _sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
+        rows, survival, r, speed, sla
+    )
+
+
+def test_sla_stops_happen_in_the_random_instances():
+    """The two tests above mean something only if the SLA often stops admission early."""
+    rng = np.random.default_rng(0)
+    stopped = 0
+    for _ in range(300):
+        r, gamma = int(rng.integers(1, 7)), int(rng.integers(1, 6))
+        conf, sps = random_conf(rng, r, gamma), random_sps(rng, r * (gamma + 1))
+        sla = 1.4 * sps[r]
+        stopped += dspark_lengths(conf, sps, sla).sum() < dspark_lengths(conf, sps).sum()
+    assert stopped >= 20
+
+
+def test_issue_sla_counterexample_verifies_draft_1_whatever_draft_1_is():
+    """Issue 11: SPS (1, 0.95, 0.9) at B = 1, 2, 3, c_1 = 0.8, c_2 = 0.9 after token A and 0
+    after B, SLA 1.75. The old cut verified 2 after A and 0 after B (draft 1 verified only
+    when it is A); the prefix rule verifies draft 1 in both cases."""
+    sps = np.array([np.nan, 1.0, 0.95, 0.9])
+    assert dspark_lengths(np.array([[0.8, 0.9]]), sps, 1.75).tolist() == [2]
+    assert dspark_lengths(np.array([[0.8, 0.0]]), sps, 1.75).tolist() == [1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_infeasible_sla_keeps_algorithm_1s_schedule(seed):
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(0.2, 1.0, size=(int(rng.integers(1, 9)), 5))
+    sps = convex_latency(knee=rng.uniform(1, 30), base=rng.uniform(0.5, 3))
     free = dspark_lengths(conf, sps)
-
-    def slowest(lengths):
-        return (
-            min(1 + a[r, : lengths[r]].sum() for r in range(len(lengths)))
-            * sps(np.array([len(lengths) + lengths.sum()]))[0]
-        )
-
-    sla = rng.uniform(0.5, 1.5) * slowest(free)
-    capped = dspark_lengths(conf, sps, sla_tps=sla)
-    assert (capped <= free).all()
-    assert capped.sum() == 0 or slowest(capped) >= sla
-    # no longer prefix of the same candidate order (up to the free choice) meets the SLA
-    order = np.argsort(-a.ravel(), kind="stable")
-    for k in range(capped.sum() + 1, free.sum() + 1):
-        lengths = np.bincount(order[:k] // 4, minlength=len(conf))
-        assert slowest(lengths) < sla
+    np.testing.assert_array_equal(dspark_lengths(conf, sps, sla_tps=1e9), free)
+    # the old cut verified nothing here, the slowest round for every request
+    issue_sps = np.array([np.nan, 1.0, 0.95, 0.9])
+    assert dspark_lengths(np.array([[0.8, 0.9]]), issue_sps, 1e9).tolist() == [2]
 
 
 def test_threshold_takes_longest_prefix_above_h():
@@ -112,14 +177,61 @@ def test_threshold_takes_longest_prefix_above_h():
     np.testing.assert_array_equal(Threshold(0.8, "t").lengths(conf, None, None), [2, 0, 2])
 
 
-def test_goodput_is_batch_argmax():
-    rng = np.random.default_rng(3)
-    conf = rng.uniform(0.4, 1.0, size=(8, 5))
+def goodput_objective(p: np.ndarray, r: int, sps) -> np.ndarray:
+    """R * E[tau(l)] * SPS(R (1 + l)) for l = 0..gamma, from per-position acceptance p."""
+    tau = 1 + np.concatenate([[0.0], np.cumsum(np.cumprod(p))])
+    return r * tau * sps(r * (1 + np.arange(len(p) + 1)))
+
+
+def test_goodput_cold_start_assumes_full_acceptance():
     sps = convex_latency(knee=20, base=4)
-    got = Goodput().lengths(conf, sps, None)
-    assert len(set(got)) == 1
-    values = [objective(conf, np.full(8, k), sps) for k in range(6)]
-    assert got[0] == int(np.argmax(values))
+    got = Goodput().lengths(np.full((8, 5), 0.01), sps, None)
+    assert got.tolist() == [int(np.argmax(goodput_objective(np.ones(5), 8, sps)))] * 8
+
+
+def test_goodput_is_batch_argmax_of_measured_acceptance():
+    rng = np.random.default_rng(3)
+    sps = convex_latency(knee=20, base=4)
+    policy = Goodput()
+    tried, hits = np.zeros(5), np.zeros(5)
+    for _ in range(10):  # rounds of 8 requests, each verifying 4 drafts
+        lengths, accepted = np.full(8, 4), rng.integers(0, 5, 8)
+        policy.observe(lengths, accepted)
+        for j in range(1, 5):
+            tried[j - 1] += (accepted >= j - 1).sum()
+            hits[j - 1] += (accepted >= j).sum()
+    p = hits / np.maximum(tried, 1)
+    p[4] = p[3]  # position 5 never tried: it takes position 4's estimate
+    np.testing.assert_allclose(policy.acceptance(5), p)
+    conf = rng.uniform(0.4, 1.0, size=(8, 5))  # this round's confidences play no part
+    got = policy.lengths(conf, sps, None)
+    assert got.tolist() == [int(np.argmax(goodput_objective(p, 8, sps)))] * 8
+    np.testing.assert_array_equal(policy.lengths(1 - conf, sps, None), got)
+
+
+def test_goodput_window_forgets_old_rounds():
+    policy = Goodput(window=3)
+    for _ in range(5):
+        policy.observe(np.full(4, 2), np.zeros(4, np.int64))
+    for _ in range(3):
+        policy.observe(np.full(4, 2), np.full(4, 2))
+    np.testing.assert_allclose(policy.acceptance(2), [1.0, 1.0])
+
+
+def test_goodput_sla_picks_the_best_length_that_meets_it():
+    sps = convex_latency(knee=8, base=1)
+    policy = Goodput(sla_tps=None)
+    for _ in range(4):
+        policy.observe(np.full(4, 5), np.array([0, 1, 2, 5]))
+    p = policy.acceptance(5)
+    speed = goodput_objective(p, 4, sps) / 4
+    free = int(np.argmax(speed))
+    sla = float(np.sort(speed)[-2]) if speed[0] < speed[free] else float(speed[free])
+    meets = np.flatnonzero(speed >= sla)
+    policy.sla_tps = sla
+    assert policy.lengths(np.ones((4, 5)), sps, None)[0] == meets[np.argmax(speed[meets])]
+    policy.sla_tps = 1e9  # no length meets it: the unconstrained choice, not l = 0
+    assert policy.lengths(np.ones((4, 5)), sps, None)[0] == free
 
 
 def test_dspark_async_uses_capacity_from_two_rounds_back():
@@ -150,3 +262,30 @@ def test_fixed_family_and_oracle(spec, conf_row, truth, expected):
     out = policy.lengths(np.array([conf_row]), None, np.array(truth))
     assert out.tolist() == [expected]
     assert policy.drafts == (spec != "ar")
+
+
+def test_dspark_async_sla_stops_inside_its_budget():
+    sps = convex_latency(knee=6, base=1)
+    conf = np.full((4, 5), 0.9)
+    free, capped = DSparkAsync(), DSparkAsync(sla_tps=1.8 * sps(np.array([4]))[0])
+    for _ in range(3):
+        a, b = free.lengths(conf, sps, None), capped.lengths(conf, sps, None)
+    rows, survival = _candidates(conf)
+    speed = sps(4 + np.arange(len(rows) + 1))
+    k = _sla_stop(rows, survival, 4, int(a.sum()), speed, capped.sla_tps)
+    assert 0 < b.sum() == k < a.sum()
+
+
+def test_synchronous_flags():
+    """Policies that need this round's confidences on the host before verifying."""
+    sync = {s: parse_policy(s).synchronous for s in ("ar", "mtp1", "fixed:3", "threshold:0.5")}
+    sync |= {s: parse_policy(s).synchronous for s in ("goodput", "dspark", "dspark-async")}
+    assert sync == {
+        "ar": False,
+        "mtp1": False,
+        "fixed:3": False,
+        "threshold:0.5": True,
+        "goodput": False,
+        "dspark": True,
+        "dspark-async": False,
+    }

@@ -1,8 +1,8 @@
-"""Engine limits and the drafter's cost model."""
+"""Engine limits, the drafter's cost model and the synchronous scheduler's per-round cost."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsim.checks import parse_number
@@ -19,6 +19,7 @@ class EngineConfig:
     kv_tokens: int = 500_000
     block_size: int = 16
     prefill_chunk: int = 2048
+    sched: SchedCost = field(default_factory=lambda: SchedCost())
 
     def __post_init__(self) -> None:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):
@@ -53,3 +54,38 @@ def parse_draft_cost(spec: str) -> DraftCost:
     if not Path(spec).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
     return DraftCost(profile=LatencyModel.from_csv(spec))
+
+
+# `--sched-cost auto` (docs/policies.md, "scheduling cost"): an assumed host sync (no GPU was at
+# hand to measure one) plus a linear fit of benchmarks/bench_policies.py's dspark_lengths time
+# with an SPS table at R = 32, 128, 256 (75.9, 119.6, 278.1 us; 2-core VM at load 2-3).
+HOST_SYNC_S = 20e-6
+SCHED_BASE_S = 30.2e-6
+SCHED_PER_REQUEST_S = 0.92e-6
+
+
+@dataclass(frozen=True)
+class SchedCost:
+    """Per-round cost of a synchronous scheduler (the verify pass waits for it): a device sync
+    plus the scheduler's own time, base_s + per_request_s * R."""
+
+    base_s: float = 0.0
+    per_request_s: float = 0.0
+
+    def seconds(self, num_seqs: int) -> float:
+        return self.base_s + self.per_request_s * num_seqs
+
+
+def parse_sched_cost(spec: str) -> SchedCost:
+    """`auto` (measured default), `auto:F` (F times it) or a constant in SECONDS."""
+    kind, _, factor = spec.partition(":")
+    try:
+        if kind == "auto":
+            f = float(factor) if factor else 1.0
+            if f >= 0:
+                return SchedCost(f * (HOST_SYNC_S + SCHED_BASE_S), f * SCHED_PER_REQUEST_S)
+        elif not factor and float(spec) >= 0:
+            return SchedCost(float(spec))
+    except ValueError:
+        pass
+    raise InputError(None, None, f"--sched-cost {spec!r}: expected auto, auto:F or SECONDS >= 0")

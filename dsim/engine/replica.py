@@ -3,7 +3,8 @@
 Each step the replica (1) admits queued requests FCFS under --max-seqs and the paged KV budget,
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
 admitted request by recompute if it must, (3) asks the backend for the running requests'
-confidences, the policy for their verify lengths and the backend again for the accepted drafts,
+confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
+to the step) and the backend again for the accepted drafts (told back to the policy's `observe`),
 (4) adds a chunk of prefill work, and (5) waits one step latency before committing the tokens:
 the hardware profile's latency for the step's batch (clock "profile"), or the measured wall
 time of the step's real work (clock "wall", for real-model backends).
@@ -67,6 +68,7 @@ class Replica:
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
         self.wall_clock = clock == "wall"
         self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
+        self.synchronous = getattr(policy, "synchronous", False) and not self.wall_clock
         self.generated = np.zeros(n, np.int64)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
@@ -175,10 +177,14 @@ class Replica:
             conf, truth = self.backend.draw(ids, self.rng)
             if self.policy.drafts:
                 draft_s = self.draft_cost.seconds(r, ctx, self.latency)
+            if self.synchronous:  # the verify pass waits for the host's schedule
+                draft_s += self.cfg.sched.seconds(r)
             lengths = self.policy.lengths(
                 conf, lambda x: 1.0 / (draft_s + self.latency.latency(x + p, ctx)), truth
             )
             acc, stop = self.backend.verify(ids, lengths, truth)
+            if hasattr(self.policy, "observe"):
+                self.policy.observe(lengths, acc)
             batch_tokens += r + int(lengths.sum())
         completing = [e for e, t in zip(prefill, takes, strict=True) if e[1] == t]
         first_stop = (

@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         prefill_chunk: int = opts.PREFILL_CHUNK,
         draft_cost: str = opts.DRAFT_COST,
         sla_tps: float | None = opts.SLA_TPS,
+        sched_cost: str = opts.SCHED_COST,
         out: Path | None = typer.Option(
             None, help="Write requests.parquet, summary.json and texts.jsonl here."
         ),
@@ -84,6 +85,7 @@ def register(app: typer.Typer) -> None:
             prefill_chunk=prefill_chunk,
             draft_cost=draft_cost,
             sla_tps=sla_tps,
+            sched_cost=sched_cost,
             calibration=calibration,
         )
         check_options(spec, clock, drafter is not None)  # before any model is loaded

@@ -1,0 +1,98 @@
+"""Plug-in verification policies: `--policy module.path:ClassName` or `path/to/file.py:ClassName`.
+
+The class is built as `ClassName()`, or `ClassName(sla_tps=X)` when an SLA is set, and must
+follow the policy protocol of docs/policies.md. The adapter checks what the plug-in returns, so
+a wrong shape or range is one clear error, not a crash deep in the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from dsim.errors import InputError
+
+
+def _import(target: str) -> ModuleType:
+    if not target.endswith(".py"):
+        return importlib.import_module(target)
+    path = Path(target)
+    if not path.is_file():
+        raise InputError(target, None, "policy file not found")
+    name = f"dsim_policy_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses in the file look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
+    """Import `spec`'s class, build it, and wrap it in the checking adapter."""
+    target, _, cls_name = spec.rpartition(":")
+    try:
+        module = _import(target)
+    except InputError:
+        raise
+    except Exception as exc:  # the user's module may fail in any way: one line, exit 2
+        raise InputError(None, None, f"policy {spec!r}: cannot import {target!r}: {exc}") from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise InputError(None, None, f"policy {spec!r}: {target!r} has no {cls_name!r}")
+    try:
+        policy = cls() if sla_tps is None else cls(sla_tps=sla_tps)
+    except Exception as exc:
+        args = "" if sla_tps is None else f"sla_tps={sla_tps}"
+        raise InputError(None, None, f"policy {spec!r}: {cls_name}({args}) failed: {exc}") from None
+    if not callable(getattr(policy, "lengths", None)) or not hasattr(policy, "drafts"):
+        raise InputError(
+            None,
+            None,
+            f"policy {spec!r}: needs a lengths(conf, sps, truth) method and a drafts attribute "
+            "(docs/policies.md)",
+        )
+    return PlugIn(policy, spec)
+
+
+@dataclass
+class PlugIn:
+    """A user's policy behind the protocol checks; synchronous unless it says otherwise (it
+    reads this round's confidences, which must then be on the host)."""
+
+    inner: object
+    name: str
+
+    @property
+    def drafts(self) -> bool:
+        return bool(self.inner.drafts)
+
+    @property
+    def synchronous(self) -> bool:
+        return bool(getattr(self.inner, "synchronous", True))
+
+    def lengths(self, conf: np.ndarray, sps, truth: np.ndarray) -> np.ndarray:
+        out = np.asarray(self.inner.lengths(conf, sps, truth))
+        r, gamma = conf.shape
+        if (
+            out.shape != (r,)
+            or not np.issubdtype(out.dtype, np.integer)
+            or (out.size and (out.min() < 0 or out.max() > gamma))
+        ):
+            raise InputError(
+                None,
+                None,
+                f"policy {self.name!r} returned {out.dtype} of shape {out.shape}; "
+                f"expected {r} integers in 0..{gamma}",
+            )
+        return out.astype(np.int64)
+
+    def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
+        hook = getattr(self.inner, "observe", None)
+        if hook is not None:
+            hook(lengths, accepted)

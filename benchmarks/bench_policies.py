@@ -20,10 +20,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     conf = rng.uniform(0.3, 1.0, size=(R, GAMMA))
     model = LatencyModel.from_csv("profiles/h200-qwen3-8b-roofline.csv")
-    table = 1.0 / model.latency(np.arange(R * (GAMMA + 1) + 1), 2048.0)
+    table = 1.0 / model.latency(np.arange(R * (GAMMA + 1) + 1), R, 2048.0)
 
-    def callable_sps(b):
-        return 1.0 / model.latency(b, 2048.0)
+    def callable_sps(b):  # what the engine hands a policy: a mixed step's SPS at fixed R
+        return 1.0 / model.step(b, R, 2048.0, 512, 1, 1024.0)
 
     for label, sps in (("table", table), ("profile callable", callable_sps)):
         n = 2000

@@ -59,7 +59,12 @@ def run(
     max_seqs: int = typer.Option(256, help="Concurrent requests cap."),
     kv_tokens: int = typer.Option(500_000, help="KV-cache budget in tokens (16-token blocks)."),
     prefill_chunk: int = typer.Option(2048, help="Prefill tokens per step (chunked prefill)."),
-    draft_cost: str = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV."),
+    draft_cost: str = typer.Option(
+        "ratio:0.1", help="Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV."
+    ),
+    drafter_kind: str = typer.Option(
+        "auto", help="auto (mtp1: MTP-1 head, else block) | block | ar: how a round's passes go."
+    ),
     sla_tps: float | None = typer.Option(None, help="Per-user tok/s the schedulers must keep."),
     calibration: str | None = typer.Option(
         None,
@@ -94,6 +99,7 @@ def run(
         draft_cost,
         sla_tps,
         calibration,
+        drafter_kind,
     )
     if real:
         with progress_bar("serving (real)", total=1, enabled=progress) as update:

@@ -12,7 +12,7 @@ import simpy
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Backend, Simulated
-from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.config import EngineConfig, drafter_kind, parse_draft_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.errors import InputError
 from dsim.fileio import atomic_dir, write_json
@@ -46,6 +46,7 @@ class RunSpec:
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
+    drafter_kind: str = "auto"  # auto | block | ar | mtp1 (engine.config.drafter_kind)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,7 +100,7 @@ def run_engine(
     policy = parse_policy(spec.policy, spec.sla_tps)
     cfg = EngineConfig(spec.gamma, spec.max_seqs, spec.kv_tokens, prefill_chunk=spec.prefill_chunk)
     latency = LatencyModel.from_csv(spec.profile)
-    draft_cost = parse_draft_cost(spec.draft_cost)
+    draft_cost = parse_draft_cost(spec.draft_cost, drafter_kind(spec.policy, spec.drafter_kind))
     rng = np.random.default_rng(spec.seed)
     backend.bind(len(workload), rng)
     replica = Replica(workload, latency, draft_cost, backend, policy, cfg, rng, clock)
@@ -126,6 +127,8 @@ def run_engine(
     summary = summarize(requests, steps, spec.policy)
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
+    summary["step_model"] = latency.describe()
+    summary["drafter_kind"] = draft_cost.kind if policy.drafts else "none"
     return RunResult(requests, summary, steps, workload.output_tokens)
 
 

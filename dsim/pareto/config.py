@@ -29,7 +29,7 @@ from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.acceptance.sources import parse_acceptance
-from dsim.engine.config import parse_draft_cost
+from dsim.engine.config import drafter_kind, parse_draft_cost
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
@@ -102,6 +102,7 @@ def _check_inputs(check: _Checker, spec: RunSpec) -> None:
     """Open every input the simulations will read, so a bad file fails now, not mid-sweep."""
     check.wrap("run.profile", lambda: LatencyModel.from_csv(spec.profile))
     check.wrap("run.draft_cost", lambda: parse_draft_cost(spec.draft_cost))
+    check.wrap("run.drafter_kind", lambda: drafter_kind(spec.policy, spec.drafter_kind))
     check.wrap(
         "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
     )

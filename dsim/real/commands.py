@@ -15,7 +15,6 @@ from dsim.errors import InputError
 from dsim.run import RunResult, RunSpec
 
 DEFAULT_PROMPTS = "traces/prompts/heldout.jsonl"
-CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
 
 
 def real_run(
@@ -60,7 +59,11 @@ def register(app: typer.Typer) -> None:
             ..., help="Acceptance trace of the same drafter (dsim collect)."
         ),
         prompts: Path = typer.Option(DEFAULT_PROMPTS, help="Prompt file (JSON lines)."),
-        profile: Path = typer.Option(CPU_PROFILE, help="Measured profile of the target."),
+        profile: Path = typer.Option(
+            None,
+            help="Profile of the target (default: measure one on this machine first, "
+            "1 torch thread, into OUT/profile.csv).",
+        ),
         preset: str = typer.Option("preset:dspark:chat", help="Parametric acceptance to compare."),
         policies: str = typer.Option("mtp1,fixed:4,dspark", help="Policies, comma-separated."),
         requests: int = typer.Option(32, help="Requests in the workload."),

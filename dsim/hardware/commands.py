@@ -103,6 +103,12 @@ def profile(
         return
     from dsim.hardware.measure import Grid
 
+    if b is not None:
+        raise InputError(
+            None,
+            None,
+            "--batch-tokens is for --roofline; measured grids are --seqs x --tokens-per-seq",
+        )
     grid = Grid(
         seqs=parse_ints(seqs, "--seqs"),
         tokens_per_seq=parse_ints(tokens_per_seq, "--tokens-per-seq"),

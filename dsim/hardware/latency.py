@@ -64,6 +64,8 @@ def read_profile(path: str | Path) -> pd.DataFrame:
             "latency_ms": numeric_column(df, path, "latency_ms", positive=True),
         }
     )
+    if not (out["phase"] == "verify").any():
+        raise InputError(path, None, "no verify rows (phase verify is the default)")
     for col in OPTIONAL_NUMERIC:
         if col in df.columns:
             out[col] = numeric_column(df, path, col, positive=True)
@@ -259,7 +261,7 @@ class LatencyModel:
         verify = df[df["phase"] == "verify"]
         prefill = df[df["phase"] == "prefill"]
         if verify.empty:
-            raise InputError(name, None, "profile has no verify rows")
+            raise InputError(name, None, "no verify rows (phase verify is the default)")
         self.verify = Surface.fit(verify, use_r)
         self.prefill_surface = Surface.fit(prefill, use_r) if len(prefill) else self.verify
         self.has_prefill = bool(len(prefill))

@@ -131,6 +131,11 @@ def _interp_linear(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return np.where(x > xs[-1], ys[-1] + hi_slope * (x - xs[-1]), y)
 
 
+def _int(b: Any) -> Any:
+    """Python int for integer scalars (the tables' fast path), anything else unchanged."""
+    return int(b) if isinstance(b, np.integer) else b
+
+
 def _hat(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     """Piecewise-linear basis: column k is the tent at knots[k] (x within the knots)."""
     eye = np.eye(len(knots))
@@ -203,18 +208,25 @@ class Surface:
         i = min(max(bisect.bisect_left(ctxs, context_len), 1), len(ctxs) - 1)
         return i - 1, i, (context_len - ctxs[i - 1]) / (ctxs[i] - ctxs[i - 1])
 
+    def __post_init__(self) -> None:
+        # Python lists for the scalar path: indexing and float arithmetic without numpy
+        # scalars (the engine prices ~1e6 steps per run).
+        self._fl, self._gl = self.f.tolist(), self.g.tolist()
+        self._fixed = [fv[0] + gv[0] for fv, gv in zip(self._fl, self._gl, strict=True)]
+
     def _f(self, row: int, b: Any) -> Any:
-        if isinstance(b, int | np.integer) and 0 <= b < self.f.shape[1]:
-            return self.f[row, b]
+        if isinstance(b, int) and 0 <= b < len(self._fl[row]):
+            return self._fl[row][b]
         arr = np.asarray(b)
         if arr.dtype.kind in "iu" and arr.size and arr.min() >= 0 and arr.max() < self.f.shape[1]:
             return self.f[row, arr]
         bk, fv, _, _ = self.knots[row]
-        return _interp_linear(arr.astype(np.float64), bk, fv)
+        y = _interp_linear(arr.astype(np.float64), bk, fv)
+        return float(y) if y.ndim == 0 else y
 
     def _g(self, row: int, r: int) -> float:
-        if 0 <= r < self.g.shape[1]:
-            return float(self.g[row, r])
+        if 0 <= r < len(self._gl[row]):
+            return self._gl[row][r]
         _, _, rk, gv = self.knots[row]
         return float(_interp_linear(np.float64(r), rk, gv))
 
@@ -222,13 +234,15 @@ class Surface:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
         lo, hi, w = self.bracket(context_len)
         y0 = self._f(lo, tokens) + self._g(lo, seqs)
-        if w == 0.0:
+        if lo == hi:
             return y0
         return y0 + w * (self._f(hi, tokens) + self._g(hi, seqs) - y0)
 
     def fixed(self, context_len: float) -> float:
         """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""
-        return max(float(self.at(0, 0, context_len)), 0.0)
+        lo, hi, w = self.bracket(context_len)
+        y0 = self._fixed[lo]
+        return max(y0 + w * (self._fixed[hi] - y0), 0.0)
 
     def report(self) -> dict[str, Any]:
         err = np.abs(self.residual)
@@ -274,12 +288,12 @@ class LatencyModel:
     def latency(self, batch_tokens: Any, num_seqs: int = 1, context_len: float = 0.0) -> Any:
         """Seconds for a verify step of B tokens over R sequences with mean context C; B may be
         a scalar or an array (at fixed R and C)."""
-        return self._floored(self.verify.at(batch_tokens, int(num_seqs), context_len))
+        return self._floored(self.verify.at(_int(batch_tokens), int(num_seqs), context_len))
 
     def prefill(self, tokens: int, num_seqs: int = 1, context_len: float = 0.0) -> float:
         """Seconds for a prefill-only step (the verify surface when the profile has no
         prefill rows)."""
-        return self._floored(self.prefill_surface.at(tokens, int(num_seqs), context_len))
+        return self._floored(self.prefill_surface.at(_int(tokens), int(num_seqs), context_len))
 
     def step(
         self,
@@ -298,12 +312,16 @@ class LatencyModel:
         if not num_seqs:
             return p
         v = self.latency(verify_tokens, num_seqs, context_len)
-        shared = min(self.verify.fixed(context_len), self.prefill_surface.fixed(prefill_context))
-        return v + p - np.minimum(shared, np.minimum(v, p))
+        shared = min(self.verify.fixed(context_len), self.prefill_surface.fixed(prefill_context), p)
+        if isinstance(v, float):
+            return v + p - min(shared, v)
+        return v + p - np.minimum(shared, v)
 
     def _floored(self, y: Any) -> Any:
+        if isinstance(y, float):
+            return y if y > self._floor else self._floor
         y = np.maximum(y, self._floor)
-        return float(y) if np.ndim(y) == 0 else y
+        return float(y) if y.ndim == 0 else y
 
     def fit_report(self) -> dict[str, Any]:
         """How the model reads this profile, and its in-sample relative residuals."""

@@ -112,6 +112,7 @@ def run(
         if out is not None:
             write_run(result, spec, out)
     console.print(summary_table(result.summary, f"dsim run: {policy} on {Path(trace).name}"))
+    console.print(f"step model: {result.summary['step_model']}", highlight=False)
 
 
 def main() -> None:

@@ -73,6 +73,11 @@ def profile(
     repeats: int = typer.Option(5, help="Timed steps per point (median, p10, p90)."),
     warmup: int = typer.Option(2, help="Untimed steps per point before timing."),
     threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    timer: str = typer.Option(
+        "wall",
+        help="--device cpu: wall (wall time) or cpu (the thread's CPU time, 1 thread: for a "
+        "machine shared with other load).",
+    ),
     roofline: str = typer.Option(
         None,
         help="Estimate with the analytic roofline for this GPU (h100, h200, a100) "
@@ -122,7 +127,7 @@ def profile(
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
         from dsim.real.profile import profile_cpu
 
-        df = profile_cpu(model, grid, out, **options, command=command)
+        df = profile_cpu(model, grid, out, **options, timer=timer, command=command)
     else:
         from dsim.hardware.measure import profile_model
 

@@ -44,6 +44,17 @@ def cpu_timer(step: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+def thread_cpu_timer(step: Callable[[], None]) -> float:
+    """CPU time of the calling thread during a synchronous step (1 torch thread): what the
+    step costs on a core of its own, without the time other load keeps it descheduled."""
+    start = time.thread_time()
+    step()
+    return time.thread_time() - start
+
+
+CPU_TIMERS = {"wall": cpu_timer, "cpu": thread_cpu_timer}
+
+
 class CudaEventTimer:
     """GPU step time from CUDA events: kernels run asynchronously, so wall time would lie.
 

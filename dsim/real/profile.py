@@ -29,10 +29,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.latency import LatencyModel, write_profile
 from dsim.hardware.measure import (
+    CPU_TIMERS,
     Grid,
+    StepTimer,
     build_model,
     check_run,
     cpu_timer,
@@ -41,6 +44,12 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.real.ragged import RaggedTarget
+
+TIMER_NOTES = {
+    "wall": "perf_counter: wall time",
+    "cpu": "thread_time: CPU time of the measuring thread (1 torch thread), which leaves out "
+    "the time other load keeps it descheduled (not cache or memory-bandwidth contention)",
+}
 
 # A part of a step: (sequences, tokens per sequence, cached tokens before the pass, prefill?).
 Part = tuple[int, int, int, bool]
@@ -88,8 +97,8 @@ class PassClock:
 
         return run
 
-    def time(self, parts: list[Part], repeats: int, warmup: int) -> np.ndarray:
-        return time_point(self.step(parts), lambda: None, cpu_timer, repeats, warmup)
+    def time(self, parts: list[Part], repeats: int, warmup: int, timer: StepTimer) -> np.ndarray:
+        return time_point(self.step(parts), lambda: None, timer, repeats, warmup)
 
 
 def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
@@ -110,25 +119,26 @@ def measure_cpu_profile(
     grid: Grid,
     repeats: int = 5,
     warmup: int = 2,
+    timer: StepTimer = cpu_timer,
     on_point: Callable[[], None] = lambda: None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed`."""
+    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
     clock = PassClock(target, slots, max(grid.contexts) + max(grid.tokens_per_seq))
     rows = []
     for ctx, b, r in grid.points():
         rows.append(
-            _row(clock.time([(r, b // r, ctx, False)], repeats, warmup), "verify", b, r, ctx)
+            _row(clock.time([(r, b // r, ctx, False)], repeats, warmup, timer), "verify", b, r, ctx)
         )
         on_point()
     for ctx, p, r in grid.prefill_points():
         part = (r, p // r, ctx - p // r, True)
-        rows.append(_row(clock.time([part], repeats, warmup), "prefill", p, r, ctx))
+        rows.append(_row(clock.time([part], repeats, warmup, timer), "prefill", p, r, ctx))
         on_point()
     mixed = []
     for (r, q), (rp, chunk), ctx in grid.mixed_points():
         parts = [(r, q, ctx, False), (rp, chunk, ctx - chunk, True)]
-        times = clock.time(parts, repeats, warmup)
+        times = clock.time(parts, repeats, warmup, timer)
         mixed.append(
             {
                 "verify_tokens": r * q,
@@ -185,12 +195,15 @@ def profile_cpu(
     warmup: int = 2,
     threads: int | None = None,
     drafter: bool = False,
+    timer: str = "wall",
     command: str = "",
     progress: bool = True,
 ) -> pd.DataFrame:
     """`dsim profile --device cpu`: measure `model` (or its drafter stand-in) on random weights
     through real mode's pass; write CSV + sidecar."""
     check_run(repeats, warmup, threads)
+    if timer == "cpu" and torch.get_num_threads() != 1:
+        raise InputError(None, None, "--timer cpu times one thread: give --threads 1")
     load_before = os.getloadavg()
     target = random_target(model, drafter)
     label = f"{model} drafter stand-in" if drafter else model
@@ -202,6 +215,7 @@ def profile_cpu(
         out,
         repeats=repeats,
         warmup=warmup,
+        timer=timer,
         command=command,
         progress=progress,
         meta={
@@ -220,6 +234,7 @@ def write_cpu_profile(
     *,
     repeats: int = 5,
     warmup: int = 2,
+    timer: str = "wall",
     command: str = "",
     progress: bool = True,
     meta: dict[str, Any] | None = None,
@@ -229,13 +244,15 @@ def write_cpu_profile(
     import transformers
     from rich.progress import Progress
 
+    if timer not in CPU_TIMERS:
+        raise InputError(None, None, f"--timer must be wall or cpu, got {timer!r}")
     meta = {"load_average_before": os.getloadavg(), **(meta or {})}
     started = time.perf_counter()
     total = len(grid.points()) + len(grid.prefill_points()) + len(grid.mixed_points())
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {label}", total=total)
         df, mixed = measure_cpu_profile(
-            target, grid, repeats, warmup, on_point=lambda: bar.advance(task)
+            target, grid, repeats, warmup, CPU_TIMERS[timer], on_point=lambda: bar.advance(task)
         )
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
@@ -255,7 +272,7 @@ def write_cpu_profile(
         "threads": torch.get_num_threads(),
         "repeats": repeats,
         "warmup": warmup,
-        "timer": "perf_counter",
+        "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),
         "fit": fitted.fit_report(),
         "composition_check": composition_check(fitted, mixed),

@@ -122,6 +122,9 @@ def test_unknown_model_lists_known_ones(monkeypatch, capsys, tmp_path):
         (["--seqs", "0"], "--seqs: '0' is not a positive integer"),
         (["--tokens-per-seq", "two"], "--tokens-per-seq: 'two' is not a positive integer"),
         (["--dtype", "float16"], "--device cpu measures float32"),
+        (["--timer", "gpu"], "--timer must be wall or cpu"),
+        (["--timer", "cpu", "--threads", "2"], "--timer cpu times one thread"),
+        (["--batch-tokens", "4"], "--batch-tokens is for --roofline"),
         (["--device", "tpu"], "--device must be cpu or cuda"),
         (["--roofline", "v100"], "unknown GPU 'v100'"),
         ([], "--out PATH is required"),
@@ -282,12 +285,15 @@ def test_cpu_profile_times_real_mode_pass_with_fit_and_composition(tmp_path, tin
     out = tmp_path / "cpu.csv"
     grid = Grid(seqs=(1, 2, 4), tokens_per_seq=(1, 2), contexts=(16, 32, 64), prefill_seqs=(1, 2),
                 prefill_chunks=(8,))  # fmt: skip
-    profile_cpu(str(tiny_json), grid, out, repeats=2, warmup=1, threads=1, progress=False)
+    profile_cpu(
+        str(tiny_json), grid, out, repeats=2, warmup=1, threads=1, timer="cpu", progress=False
+    )
     back = read_profile(out)
     assert (back["phase"] == "verify").sum() == 18 and (back["phase"] == "prefill").sum() == 6
     assert (back.loc[back["phase"] == "prefill", "num_seqs"] <= 2).all()
     meta = profile_metadata(out)
     assert "RaggedTarget" in meta["method"] and meta["threads"] == 1
+    assert meta["timer"].startswith("thread_time")
     assert meta["fit"]["verify"]["depends_on_num_seqs"] is True
     check = meta["composition_check"]
     assert len(check["steps"]) == 4 and check["worst_abs_error"] >= check["median_abs_error"]

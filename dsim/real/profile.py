@@ -201,9 +201,11 @@ def profile_cpu(
 ) -> pd.DataFrame:
     """`dsim profile --device cpu`: measure `model` (or its drafter stand-in) on random weights
     through real mode's pass; write CSV + sidecar."""
-    check_run(repeats, warmup, threads)
-    if timer == "cpu" and torch.get_num_threads() != 1:
+    if timer not in CPU_TIMERS:
+        raise InputError(None, None, f"--timer must be wall or cpu, got {timer!r}")
+    if timer == "cpu" and threads != 1:
         raise InputError(None, None, "--timer cpu times one thread: give --threads 1")
+    check_run(repeats, warmup, threads)
     load_before = os.getloadavg()
     target = random_target(model, drafter)
     label = f"{model} drafter stand-in" if drafter else model

@@ -21,20 +21,20 @@ GAMMA = 7
 def main() -> None:
     rng = np.random.default_rng(0)
     model = LatencyModel.from_csv("profiles/h200-qwen3-8b-roofline.csv")
-    table = 1.0 / model.latency(np.arange(256 * (GAMMA + 1) + 1), 2048.0)
-
-    def callable_sps(b):
-        return 1.0 / model.latency(b, 2048.0)
-
     threshold = parse_policy("threshold:0.5")
     for r in (32, 128, 256):
         conf = rng.uniform(0.3, 1.0, size=(r, GAMMA))
+        table = 1.0 / model.latency(np.arange(r * (GAMMA + 1) + 1), r, 2048.0)
+
+        def callable_sps(b, r=r):  # what the engine hands a policy: a mixed step's SPS at R
+            return 1.0 / model.step(b, r, 2048.0, 512, 1, 1024.0)
+
         sla = 0.8 * float((1 + np.cumprod(conf, 1)[:, :3].sum(1)).mean() * table[r * 4])
         cases = {
-            "dspark, SPS table": lambda c=conf: dspark_lengths(c, table),
-            "dspark, profile callable": lambda c=conf: dspark_lengths(c, callable_sps),
-            "dspark, SPS table, SLA": lambda c=conf, s=sla: dspark_lengths(c, table, s),
-            "threshold:0.5": lambda c=conf: threshold.lengths(c, table, None),
+            "dspark, SPS table": lambda c=conf, t=table: dspark_lengths(c, t),
+            "dspark, profile callable": lambda c=conf, f=callable_sps: dspark_lengths(c, f),
+            "dspark, SPS table, SLA": lambda c=conf, t=table, s=sla: dspark_lengths(c, t, s),
+            "threshold:0.5": lambda c=conf, t=table: threshold.lengths(c, t, None),
         }
         for label, call in cases.items():
             n = 500

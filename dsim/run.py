@@ -14,7 +14,7 @@ import simpy
 from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number, parse_number
 from dsim.engine.backend import Backend, Simulated
-from dsim.engine.config import EngineConfig, parse_draft_cost, parse_sched_cost
+from dsim.engine.config import EngineConfig, drafter_kind, parse_draft_cost, parse_sched_cost
 from dsim.engine.replica import Replica, StepLog
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import LatencyModel
@@ -50,6 +50,7 @@ class RunSpec:
     sla_tps: float | None = None
     calibration: str | None = None
     sched_cost: str = "auto"  # per-round cost of synchronous schedulers (docs/policies.md)
+    drafter_kind: str = "auto"  # auto | block | ar | mtp1 (engine.config.drafter_kind)
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time)."""
@@ -143,7 +144,7 @@ def run_engine(
         sched=parse_sched_cost(spec.sched_cost),
     )
     latency = LatencyModel.from_csv(spec.profile)
-    draft_cost = parse_draft_cost(spec.draft_cost)
+    draft_cost = parse_draft_cost(spec.draft_cost, drafter_kind(spec.policy, spec.drafter_kind))
     rng = np.random.default_rng(spec.seed)
     backend.bind(len(workload), rng)
     replica = Replica(workload, latency, draft_cost, backend, policy, cfg, rng, clock)
@@ -170,6 +171,8 @@ def run_engine(
     summary = summarize(requests, steps, spec.policy)
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
+    summary["step_model"] = latency.describe()
+    summary["drafter_kind"] = draft_cost.kind if policy.drafts else "none"
     return RunResult(requests, summary, steps, workload.output_tokens)
 
 

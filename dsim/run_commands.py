@@ -35,7 +35,12 @@ MAX_REQUESTS = typer.Option(None, help="Keep only the first N requests.")
 MAX_SEQS = typer.Option(256, help="Concurrent requests cap.")
 KV_TOKENS = typer.Option(500_000, help="KV-cache budget in tokens (16-token blocks).")
 PREFILL_CHUNK = typer.Option(2048, help="Prefill tokens per step (chunked prefill).")
-DRAFT_COST = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV.")
+DRAFT_COST = typer.Option(
+    "ratio:0.1", help="Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV."
+)
+DRAFTER_KIND = typer.Option(
+    "auto", help="auto (mtp1: MTP-1 head, else block) | block | ar: how a round's passes go."
+)
 SLA_TPS = typer.Option(None, help="Per-user tok/s the schedulers must keep.")
 SCHED_COST = typer.Option(
     "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
@@ -45,6 +50,7 @@ PROGRESS = typer.Option(True, help="Show a progress bar.")
 
 def show(result: RunResult, title: str) -> None:
     console.print(summary_table(result.summary, title))
+    console.print(f"step model: {result.summary['step_model']}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,6 +74,7 @@ def register(app: typer.Typer) -> None:
         kv_tokens: int = KV_TOKENS,
         prefill_chunk: int = PREFILL_CHUNK,
         draft_cost: str = DRAFT_COST,
+        drafter_kind: str = DRAFTER_KIND,
         sla_tps: float | None = SLA_TPS,
         sched_cost: str = SCHED_COST,
         calibration: str | None = typer.Option(
@@ -95,6 +102,7 @@ def register(app: typer.Typer) -> None:
             sla_tps,
             calibration,
             sched_cost=sched_cost,
+            drafter_kind=drafter_kind,
         )
         if out is not None:
             check_output_dir(out, RUN_OWNER)  # before the work, not after it

@@ -27,8 +27,8 @@ DSIM=("$PY" -c 'from dsim.cli import main; main()')
 
 time timeout 420 "${DSIM[@]}" profile \
   --model qwen3-8b --device cuda --dtype bfloat16 \
-  --batch-tokens 1,2,3,4,6,8,12,16,24,32,48,64,96,128,192,256,384,512,768,1024 \
-  --seqs 1,2,4,8,16,32,64 --contexts 512,2048,8192 --repeats 7 --warmup 2 \
+  --seqs 1,4,16,64 --tokens-per-seq 1,2,4,8,16 --contexts 512,2048,8192 \
+  --prefill-seqs 1,4 --prefill-chunks 512,2048 --repeats 7 --warmup 2 \
   --out "$NAME.csv"
 "${DSIM[@]}" profile show "$NAME.csv" --out "$NAME.png"
 

@@ -103,6 +103,34 @@ def test_bad_profile(rejected, tmp_path, rows, expected):
 
 
 @pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ("verify,4,4,0,5\nverify,4,8,0,6\n", "row 2: num_seqs 8 > batch_tokens 4"),
+        ("verify,4,1,0,5\nverify,4,0,0,6\n", "row 2: column 'num_seqs': must be positive"),
+        ("verify,4,1,0,5\nverify,4,2,-1,6\n", "row 2: column 'context_len': must not be"),
+        ("verify,4,1,0,5\ndecode,4,2,0,6\n", "row 2: column 'phase': must be verify or prefill"),
+        ("verify,4,1,0,5\n,4,2,0,6\n", "row 2: column 'phase': must be verify or prefill"),
+        ("verify,4,1,0,5\nverify,4,1,0,6\n", "row 2: duplicate"),
+        ("prefill,4,1,0,5\n", "no verify rows"),
+    ],
+    ids=[
+        "seqs-over-tokens",
+        "zero-seqs",
+        "negative-context",
+        "phase",
+        "empty-phase",
+        "dup",
+        "no-verify",
+    ],
+)
+def test_bad_profile_with_sequences_and_phase(rejected, tmp_path, rows, expected):
+    profile = tmp_path / "p.csv"
+    profile.write_text("phase,batch_tokens,num_seqs,context_len,latency_ms\n" + rows)
+    err = rejected("--profile", str(profile))
+    assert "p.csv" in err and expected in err
+
+
+@pytest.mark.parametrize(
     ("option", "value", "expected"),
     [
         ("--policy", "dsparkle", "unknown policy 'dsparkle'"),

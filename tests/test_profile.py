@@ -11,14 +11,12 @@ import pytest
 import torch
 
 from dsim.cli import main
-from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
 from dsim.hardware.measure import (
     CudaEventTimer,
     Grid,
     build_model,
-    choose_seqs,
     cpu_timer,
     drafter_standin,
     filled_cache,
@@ -28,6 +26,7 @@ from dsim.hardware.measure import (
 )
 from dsim.hardware.roofline import roofline_profile
 from dsim.hardware.show import curves, knee
+from dsim.real.profile import profile_cpu
 
 TINY = {
     "model_type": "llama",
@@ -120,7 +119,12 @@ def test_unknown_model_lists_known_ones(monkeypatch, capsys, tmp_path):
     ("args", "message"),
     [
         (["--batch-tokens", "1,x"], "--batch-tokens: 'x' is not a positive integer"),
-        (["--batch-tokens", "3", "--seqs", "2"], "batch_tokens 3 is not a multiple"),
+        (["--seqs", "0"], "--seqs: '0' is not a positive integer"),
+        (["--tokens-per-seq", "two"], "--tokens-per-seq: 'two' is not a positive integer"),
+        (["--dtype", "float16"], "--device cpu measures float32"),
+        (["--timer", "gpu"], "--timer must be wall or cpu"),
+        (["--timer", "cpu", "--threads", "2"], "--timer cpu times one thread"),
+        (["--batch-tokens", "4"], "--batch-tokens is for --roofline"),
         (["--device", "tpu"], "--device must be cpu or cuda"),
         (["--roofline", "v100"], "unknown GPU 'v100'"),
         ([], "--out PATH is required"),
@@ -138,10 +142,10 @@ def test_bad_options_give_one_error_line(monkeypatch, capsys, tiny_json, args, m
 def test_roofline_flat_then_rising_with_batch_and_context():
     df, meta = roofline_profile("h200", "qwen3-8b")
     model = LatencyModel(df)
-    flat = model.latency(np.array([1, 2, 4]), 512)
+    flat = model.latency(np.array([1, 2, 4]), 1, 512)
     assert np.ptp(flat) == 0.0  # weight reads dominate: extra tokens are free
-    assert model.latency(2048, 512) > 3 * model.latency(1, 512)  # compute bound far out
-    by_ctx = [model.latency(64, c) for c in (512, 2048, 8192, 16384)]
+    assert model.latency(2048, 512, 512) > 3 * model.latency(1, 1, 512)  # compute bound far out
+    by_ctx = [model.latency(64, 16, c) for c in (512, 2048, 8192, 16384)]
     assert np.all(np.diff(by_ctx) > 0)
     assert meta["estimate"] is True and meta["gpu"] == "h200"
     assert set(meta) >= {"formula", "method", "model", "model_config", "tokens_per_seq"}
@@ -166,8 +170,8 @@ def test_roofline_cli_round_trips_through_latency_model(monkeypatch, capsys, tmp
     assert len(df) == 8 and df["device"].eq("a100 (roofline)").all()
     model = LatencyModel.from_csv(out)
     got = [
-        model.latency(b, c) * 1e3
-        for b, c in zip(df["batch_tokens"], df["context_len"], strict=True)
+        model.latency(b, r, c) * 1e3
+        for b, r, c in zip(df["batch_tokens"], df["num_seqs"], df["context_len"], strict=True)
     ]
     np.testing.assert_allclose(got, df["latency_ms"], rtol=1e-5)
     meta = profile_metadata(out)
@@ -177,12 +181,14 @@ def test_roofline_cli_round_trips_through_latency_model(monkeypatch, capsys, tmp
 # --- measurement -------------------------------------------------------------------------------
 
 
-def test_choose_seqs_prefers_four_tokens_per_sequence():
-    seqs = (1, 2, 4, 8, 16, 32)
-    got = [choose_seqs(b, seqs) for b in (1, 3, 6, 16, 96, 256)]
-    assert got == [1, 1, 2, 4, 32, 32]
-    with pytest.raises(InputError, match="not a multiple"):
-        choose_seqs(5, (2, 4))
+def test_grid_varies_sequences_independently_of_batch_tokens():
+    grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 4), contexts=(64, 512), prefill_seqs=(1, 2),
+                prefill_chunks=(32, 128))  # fmt: skip
+    assert grid.points()[:4] == [(64, 1, 1), (64, 4, 1), (64, 4, 4), (64, 16, 4)]
+    assert len(grid.points()) == 8  # B = 4 measured at R = 1 and at R = 4
+    # a chunk longer than the context cannot end there
+    assert (64, 128, 1) not in grid.prefill_points() and (512, 256, 2) in grid.prefill_points()
+    assert grid.mixed_points() == [((4, 4), (1, 128), 512), ((4, 4), (2, 32), 512)]
 
 
 def test_time_point_warms_up_untimed_and_resets_after_every_step():
@@ -247,30 +253,55 @@ class FakeCuda:
 def test_gpu_timer_path_with_fake_device(tiny_json):
     cuda = FakeCuda()
     config = zoo.load_config(str(tiny_json))
-    grid = Grid(batch_tokens=(1, 8), seqs=(1, 2), contexts=(16,))
+    grid = Grid(seqs=(1, 2), tokens_per_seq=(1,), contexts=(16,), prefill_seqs=(1,),
+                prefill_chunks=(8,))  # fmt: skip
     model = build_model(config, torch.device("cpu"), torch.float32)
     df, skipped = measure_profile(model, grid, repeats=3, warmup=1, timer=CudaEventTimer(cuda))
-    assert skipped == [] and cuda.syncs == 6  # one sync before each timed step
-    assert df["num_seqs"].tolist() == [1, 2]
+    assert skipped == [] and cuda.syncs == 9  # one sync before each timed step
+    assert df["num_seqs"].tolist() == [1, 2, 1]
+    assert df["phase"].tolist() == ["verify", "verify", "prefill"]
     for col in ("latency_ms", "latency_ms_p10", "latency_ms_p90"):
         np.testing.assert_allclose(df[col], 7.0)
 
 
-def test_tiny_profile_writes_csv_and_sidecar(tmp_path, tiny_json):
+def test_tiny_gpu_path_profile_writes_csv_and_sidecar(tmp_path, tiny_json):
     out = tmp_path / "tiny.csv"
-    grid = Grid(batch_tokens=(1, 4, 8), seqs=(1, 2), contexts=(0, 32))
+    grid = Grid(seqs=(1, 2), tokens_per_seq=(1, 4), contexts=(0, 32))
     df = profile_model(str(tiny_json), grid, out, repeats=3, warmup=1, threads=1, progress=False)
     back = read_profile(out)
-    assert len(back) == 6 and back["num_seqs"].tolist() == [1, 1, 2] * 2
+    assert len(back) == 8 and back["num_seqs"].tolist() == [1, 1, 2, 2] * 2
     assert (back["latency_ms_p10"] <= back["latency_ms"]).all()
     assert (back["latency_ms"] <= back["latency_ms_p90"]).all()
     np.testing.assert_allclose(back["latency_ms"], df["latency_ms"], rtol=1e-5)
-    assert LatencyModel.from_csv(out).latency(4, 16) > 0
+    assert LatencyModel.from_csv(out).latency(4, 2, 16) > 0
     meta = profile_metadata(out)
     assert meta["estimate"] is False and meta["threads"] == 1 and meta["dtype"] == "float32"
     assert meta["model_config"]["hidden_size"] == 32 and meta["torch"] == torch.__version__
     assert {"device", "date", "command", "transformers", "load_average_before"} <= set(meta)
     assert meta["attn_implementation"] == "sdpa"
+
+
+def test_cpu_profile_times_real_mode_pass_with_fit_and_composition(tmp_path, tiny_json):
+    out = tmp_path / "cpu.csv"
+    grid = Grid(seqs=(1, 2, 4), tokens_per_seq=(1, 2), contexts=(16, 32, 64), prefill_seqs=(1, 2),
+                prefill_chunks=(8,))  # fmt: skip
+    profile_cpu(
+        str(tiny_json), grid, out, repeats=2, warmup=1, threads=1, timer="cpu", progress=False
+    )
+    back = read_profile(out)
+    assert (back["phase"] == "verify").sum() == 18 and (back["phase"] == "prefill").sum() == 6
+    assert (back.loc[back["phase"] == "prefill", "num_seqs"] <= 2).all()
+    meta = profile_metadata(out)
+    assert "RaggedTarget" in meta["method"] and meta["threads"] == 1
+    assert meta["timer"].startswith("thread_time")
+    assert meta["fit"]["verify"]["depends_on_num_seqs"] is True
+    check = meta["composition_check"]
+    assert len(check["steps"]) == 4 and check["worst_abs_error"] >= check["median_abs_error"]
+    model = LatencyModel.from_csv(out)
+    for step in check["steps"]:  # the sidecar's prediction is the model's own
+        args = [step[k] for k in ("verify_tokens", "num_seqs", "context_len", "prefill_tokens",
+                                  "prefill_seqs", "prefill_context")]  # fmt: skip
+        assert model.step(*args) * 1e3 == pytest.approx(step["predicted_ms"], abs=1e-3)
 
 
 def test_drafter_standin_is_one_layer_of_target_width(monkeypatch, capsys, tiny_json):
@@ -280,13 +311,20 @@ def test_drafter_standin_is_one_layer_of_target_width(monkeypatch, capsys, tiny_
     assert target.num_hidden_layers == 2  # the target config is untouched
     out = tiny_json.parent / "drafter.csv"
     code, _, err = run_cli(
-        monkeypatch, capsys, "profile", "--model", str(tiny_json), "--drafter",
-        "--batch-tokens", "1,2", "--contexts", "8", "--repeats", "1", "--out", str(out),
+        monkeypatch, capsys, "profile", "--model", str(tiny_json), "--drafter", "--seqs", "1,2",
+        "--tokens-per-seq", "1,3", "--contexts", "8", "--prefill-seqs", "", "--repeats", "1",
+        "--out", str(out),
     )  # fmt: skip
     assert code == 0, err
     meta = profile_metadata(out)
     assert "stand-in" in meta["drafter"] and meta["model_config"]["num_hidden_layers"] == 1
-    assert read_profile(out)["num_seqs"].tolist() == [1, 2]  # one drafting step per sequence
+    back = read_profile(out)  # rows are drafter passes: B tokens over R sequences
+    assert back["batch_tokens"].tolist() == [1, 3, 2, 6] and back["num_seqs"].tolist() == [
+        1,
+        1,
+        2,
+        2,
+    ]
 
 
 # --- show --------------------------------------------------------------------------------------

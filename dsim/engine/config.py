@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,29 +32,59 @@ class EngineConfig:
         return self.kv_tokens // self.block_size
 
 
+DRAFTER_KINDS = ("auto", "block", "ar", "mtp1")
+
+
+def drafter_kind(policy: str, kind: str = "auto") -> str:
+    """The drafter a policy runs: `auto` is the MTP-1 head for `mtp1` and the gamma-block
+    drafter for every other drafting policy (`ar` runs none)."""
+    if kind not in DRAFTER_KINDS:
+        raise InputError(
+            None, None, f"--drafter-kind must be one of {', '.join(DRAFTER_KINDS)}, got {kind!r}"
+        )
+    if kind != "auto":
+        return kind
+    return "mtp1" if policy == "mtp1" else "block"
+
+
 @dataclass(frozen=True)
 class DraftCost:
-    """Drafter time per round: 0, a ratio of the target step at the same number of sequences,
-    or a drafter profile read at batch_tokens = number of drafting sequences."""
+    """Drafter time per round, priced by its passes (docs/design.md, drafters): a parallel
+    block drafter makes one pass over R x gamma tokens, an autoregressive drafter gamma passes
+    over R tokens, an MTP-1 head one pass over R tokens. A pass costs `ratio` times the
+    target's verify step for the same tokens and sequences, or what a drafter profile says
+    for them (`LatencyModel.latency`)."""
 
     ratio: float = 0.0
     profile: LatencyModel | None = None
+    kind: str = "block"
 
-    def seconds(self, num_seqs: int, context_len: float, target: LatencyModel) -> float:
+    def passes(self, num_seqs: int, gamma: int) -> tuple[int, int]:
+        """(passes per round, tokens per pass)."""
+        if self.kind == "ar":
+            return gamma, num_seqs
+        return 1, num_seqs * (gamma if self.kind == "block" else 1)
+
+    def seconds(self, num_seqs: int, gamma: int, context_len: float, target: LatencyModel) -> float:
+        passes, tokens = self.passes(num_seqs, gamma)
         if self.profile is not None:
-            return float(self.profile.latency(num_seqs, context_len))
-        return self.ratio * float(target.latency(num_seqs, context_len)) if self.ratio else 0.0
+            return passes * float(self.profile.latency(tokens, num_seqs, context_len))
+        if not self.ratio:
+            return 0.0
+        return passes * self.ratio * float(target.latency(tokens, num_seqs, context_len))
 
 
-def parse_draft_cost(spec: str) -> DraftCost:
-    """`0`, `ratio:X` or the path of a drafter profile CSV (docs/design.md, The step-time model)."""
+def parse_draft_cost(spec: str, kind: str = "block") -> DraftCost:
+    """`0`, `ratio:X` or the path of a drafter profile CSV, for a drafter of `kind`
+    (docs/design.md, The step-time model)."""
     if spec.strip() == "0":
-        return DraftCost()
+        return DraftCost(kind=kind)
     if spec.startswith("ratio:"):
-        return DraftCost(ratio=parse_number(spec[6:], f"--draft-cost {spec!r}: ratio", ge=0))
+        ratio = parse_number(spec[6:], f"--draft-cost {spec!r}: ratio", ge=0)
+        return DraftCost(ratio=ratio, kind=kind)
     if not Path(spec).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
-    return DraftCost(profile=LatencyModel.from_csv(spec))
+    return DraftCost(profile=LatencyModel.from_csv(spec), kind=kind)
 
 
 # `--sched-cost auto` (docs/policies.md, "scheduling cost"): an assumed host sync (no GPU was at
@@ -82,9 +113,9 @@ def parse_sched_cost(spec: str) -> SchedCost:
     try:
         if kind == "auto":
             f = float(factor) if factor else 1.0
-            if f >= 0:
+            if math.isfinite(f) and f >= 0:
                 return SchedCost(f * (HOST_SYNC_S + SCHED_BASE_S), f * SCHED_PER_REQUEST_S)
-        elif not factor and float(spec) >= 0:
+        elif not factor and math.isfinite(float(spec)) and float(spec) >= 0:
             return SchedCost(float(spec))
     except ValueError:
         pass

@@ -6,7 +6,8 @@ admitted request by recompute if it must, (3) asks the backend for the running r
 confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
 to the step) and the backend again for the accepted drafts (told back to the policy's `observe`),
 (4) adds a chunk of prefill work, and (5) waits one step latency before committing the tokens:
-the hardware profile's latency for the step's batch (clock "profile"), or the measured wall
+the hardware profile's latency for the step's verify and prefill work plus the drafter's passes
+(clock "profile", `LatencyModel.step`, `DraftCost`), or the measured wall
 time of the step's real work (clock "wall", for real-model backends).
 
 The running batch lives in one int64 matrix (a row per request, a column per counter), so a
@@ -165,27 +166,30 @@ class Replica:
         if r == 0 and p == 0:
             return None
         prefill = self.prefilling[: len(takes)]
-        kv = int(b[:, CTX].sum()) + sum(
+        # Verify context: the running requests' mean KV; prefill: each chunk's end context.
+        ctx = float(b[:, CTX].mean()) if r else 0.0
+        p_ctx = sum(
             int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
             for e, t in zip(prefill, takes, strict=True)
-        )
-        ctx = kv / (r + len(takes))
-        draft_s, lengths, acc, stop = 0.0, None, None, None
-        batch_tokens = p
+        ) / max(len(takes), 1)
+        prefill_work = (p, len(takes), p_ctx)
+        draft_s, lengths, acc, stop, verify_tokens = 0.0, None, None, None, 0
         if r:
             ids = b[:, ID]
             conf, truth = self.backend.draw(ids, self.rng)
             if self.policy.drafts:
-                draft_s = self.draft_cost.seconds(r, ctx, self.latency)
+                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, self.latency)
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
             lengths = self.policy.lengths(
-                conf, lambda x: 1.0 / (draft_s + self.latency.latency(x + p, ctx)), truth
+                conf,
+                lambda x: 1.0 / (draft_s + self.latency.step(x, r, ctx, *prefill_work)),
+                truth,
             )
             acc, stop = self.backend.verify(ids, lengths, truth)
             if hasattr(self.policy, "observe"):
                 self.policy.observe(lengths, acc)
-            batch_tokens += r + int(lengths.sum())
+            verify_tokens = r + int(lengths.sum())
         completing = [e for e, t in zip(prefill, takes, strict=True) if e[1] == t]
         first_stop = (
             self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
@@ -195,8 +199,8 @@ class Replica:
         if self.wall_clock:
             step_s = time.perf_counter() - started
         else:
-            step_s = draft_s + self.latency.latency(batch_tokens, ctx)
-        self.log.append((now, step_s, r, batch_tokens, p, self.used_blocks))
+            step_s = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill_work)
+        self.log.append((now, step_s, r, verify_tokens + p, p, self.used_blocks))
 
         def commit(end: float) -> None:
             if r:

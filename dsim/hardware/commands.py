@@ -10,9 +10,11 @@ import typer
 
 from dsim.errors import InputError
 
-CPU_BATCH_TOKENS = "1,2,3,4,6,8,12,16,24,32,48,64,96,128,192,256"
-CPU_SEQS = "1,2,4,8,16,32"
+SEQS = "1,4,16,64"
+TOKENS_PER_SEQ = "1,2,4,8"
 CPU_CONTEXTS = "128,512,1024"
+PREFILL_SEQS = "1,4"
+PREFILL_CHUNKS = "32,128"
 
 profile_app = typer.Typer(
     help="Hardware load profiles: measure (random weights, real forward passes), estimate "
@@ -51,22 +53,31 @@ def profile(
         "auto", help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16."
     ),
     batch_tokens: str = typer.Option(
-        None,
-        help=f"Batch tokens B to measure (default: {CPU_BATCH_TOKENS}; "
-        "roofline: 1..16 then log-spaced to 4096).",
+        None, help="--roofline only: batch tokens B (default: 1..16 then log-spaced to 4096)."
     ),
-    seqs: str = typer.Option(
-        CPU_SEQS,
-        help="Allowed sequence counts R; each B uses the R dividing it with B/R nearest 4.",
+    seqs: str = typer.Option(SEQS, help="Sequence counts R to measure (verify rows)."),
+    tokens_per_seq: str = typer.Option(
+        TOKENS_PER_SEQ, help="Tokens per sequence q (verify rows: B = R*q for every R and q)."
     ),
     contexts: str = typer.Option(
         None,
         help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
         "roofline: 512,1024,2048,4096,8192,16384).",
     ),
+    prefill_seqs: str = typer.Option(
+        PREFILL_SEQS, help="Prefilling sequences of the prefill rows ('' for none)."
+    ),
+    prefill_chunks: str = typer.Option(
+        PREFILL_CHUNKS, help="Prefill tokens per sequence of the prefill rows ('' for none)."
+    ),
     repeats: int = typer.Option(5, help="Timed steps per point (median, p10, p90)."),
     warmup: int = typer.Option(2, help="Untimed steps per point before timing."),
     threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    timer: str = typer.Option(
+        "wall",
+        help="--device cpu: wall (wall time) or cpu (the thread's CPU time, 1 thread: for a "
+        "machine shared with other load).",
+    ),
     roofline: str = typer.Option(
         None,
         help="Estimate with the analytic roofline for this GPU (h100, h200, a100) "
@@ -74,8 +85,8 @@ def profile(
     ),
     drafter: bool = typer.Option(
         False,
-        help="Profile a drafter stand-in (one layer of the target's width), one token per "
-        "sequence: rows are B drafting sequences, usable as --draft-cost CSV.",
+        help="Profile a drafter stand-in (one layer of the target's width): rows price one "
+        "drafter pass, usable as --draft-cost CSV.",
     ),
     out: Path = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it)."),
 ) -> None:
@@ -95,25 +106,32 @@ def profile(
         df = write_roofline(roofline, model, out, b, c, command=command)
         typer.echo(f"wrote {out} ({len(df)} points, roofline ESTIMATE)")
         return
-    from dsim.hardware.measure import Grid, profile_model
+    from dsim.hardware.measure import Grid
 
+    if b is not None:
+        raise InputError(
+            None,
+            None,
+            "--batch-tokens is for --roofline; measured grids are --seqs x --tokens-per-seq",
+        )
     grid = Grid(
-        batch_tokens=b or parse_ints(CPU_BATCH_TOKENS, "--batch-tokens"),
         seqs=parse_ints(seqs, "--seqs"),
+        tokens_per_seq=parse_ints(tokens_per_seq, "--tokens-per-seq"),
         contexts=parse_ints(contexts or CPU_CONTEXTS, "--contexts", allow_zero=True),
+        prefill_seqs=parse_ints(prefill_seqs, "--prefill-seqs") if prefill_seqs else (),
+        prefill_chunks=parse_ints(prefill_chunks, "--prefill-chunks") if prefill_chunks else (),
     )
-    df = profile_model(
-        model,
-        grid,
-        out,
-        device=device,
-        dtype=dtype,
-        repeats=repeats,
-        warmup=warmup,
-        threads=threads,
-        drafter=drafter,
-        command=command,
-    )
+    options = dict(repeats=repeats, warmup=warmup, threads=threads, drafter=drafter)
+    if device == "cpu":  # real mode's own pass (dsim.real.profile), in float32 as real mode
+        if dtype not in ("auto", "float32"):
+            raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
+        from dsim.real.profile import profile_cpu
+
+        df = profile_cpu(model, grid, out, **options, timer=timer, command=command)
+    else:
+        from dsim.hardware.measure import profile_model
+
+        df = profile_model(model, grid, out, device=device, dtype=dtype, **options, command=command)
     typer.echo(f"wrote {out} ({len(df)} measured points)")
 
 

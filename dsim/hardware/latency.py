@@ -1,15 +1,39 @@
 """Step latency of the target from a hardware load profile (docs/design.md, The step-time model;
 Trace and profile formats).
 
-The profile gives median latency at measured (batch_tokens, context_len) points, where
-context_len is the KV context per sequence. The model interpolates linearly in batch tokens
-within each measured context, then linearly across contexts, and extrapolates linearly past
-the measured range (clamped to stay positive), so real curves keep their cliffs.
+A profile gives the median latency of measured steps: verify rows (`batch_tokens` B tokens over
+`num_seqs` R sequences with mean KV context `context_len` C) and optional prefill rows (B
+prefill tokens over R prefilling sequences, C their mean context at the end of the chunk).
+
+The model, per phase and per measured context, is additive in tokens and sequences,
+
+    latency_C(B, R) = f_C(B) + g_C(R),
+
+with f_C piecewise linear over the measured B and g_C piecewise linear over the measured R
+(g_C = 0 at the smallest R), fitted by least squares on that context's rows (a plane in B and
+R where the rows cannot determine every knot: too few B measured at several R). f carries the
+weight reads, the per-token matmuls and the attention of each token over its context (linear
+in B at fixed C); g carries per-sequence work (each sequence's KV reads, its cache handling).
+The form needs no rectangular grid, and its in-sample residual is reported (`fit_report`,
+the profile's sidecar, `dsim profile show`). Across contexts the model interpolates linearly
+in C; past the measured range it extrapolates linearly (clamped to stay positive), so real
+curves keep their cliffs. A profile without `num_seqs`, or whose R is a function of B (one R
+per B), cannot separate the two and is treated as independent of R (g = 0; said in
+`describe`).
+
+A mixed step (verify and prefill work in one pass) is not the sum of the two steps: weights are
+read once and the per-step overhead is paid once. `step` composes it as
+
+    verify(B, R, C) + prefill(P, R_p, C_p) - min(fixed_verify(C), fixed_prefill(C_p)),
+
+where fixed = f(0) + g(0), the model's latency at zero tokens and zero sequences (clipped to
+[0, the smaller part]). A profile without prefill rows prices prefill with the verify surface.
 """
 
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +48,19 @@ from dsim.tables import numeric_column, read_table, require_columns
 MAX_BATCH_TOKENS = 1_000_000  # the model tabulates every batch size up to twice the largest
 REQUIRED = ("batch_tokens", "context_len", "latency_ms")
 OPTIONAL_NUMERIC = ("num_seqs", "latency_ms_p10", "latency_ms_p90")
+PHASES = ("verify", "prefill")
+MIN_TABLE_TOKENS = 8192  # tabulate f at every integer B up to at least this
+MIN_TABLE_SEQS = 1024
 
 
 def read_profile(path: str | Path) -> pd.DataFrame:
-    """Load and validate a profile CSV; bad cells raise InputError naming the row."""
+    """Load and validate a profile CSV; bad cells raise InputError naming the row. The result
+    always has a `phase` column (verify when the file has none)."""
     df = read_table(path)
     require_columns(df, path, REQUIRED)
     out = pd.DataFrame(
         {
+            "phase": _phases(df, path),
             "batch_tokens": numeric_column(
                 df, path, "batch_tokens", positive=True, at_most=MAX_BATCH_TOKENS
             ),
@@ -39,15 +68,42 @@ def read_profile(path: str | Path) -> pd.DataFrame:
             "latency_ms": numeric_column(df, path, "latency_ms", positive=True),
         }
     )
+    if not (out["phase"] == "verify").any():
+        raise InputError(path, None, "no verify rows (phase verify is the default)")
     for col in OPTIONAL_NUMERIC:
         if col in df.columns:
             out[col] = numeric_column(df, path, col, positive=True)
+    if "num_seqs" in out:
+        over = (out["num_seqs"] > out["batch_tokens"]).to_numpy()
+        if over.any():
+            i = int(np.argmax(over))
+            raise InputError(
+                path,
+                i + 1,
+                f"num_seqs {df['num_seqs'].iloc[i]} > batch_tokens {df['batch_tokens'].iloc[i]} "
+                "(every sequence has at least one token)",
+            )
     for col in df.columns.difference(out.columns):
         out[col] = df[col]
-    dup = out.duplicated(["batch_tokens", "context_len"]).to_numpy()
+    key = [c for c in ("phase", "batch_tokens", "num_seqs", "context_len") if c in out]
+    dup = out.duplicated(key).to_numpy()
     if dup.any():
-        raise InputError(path, int(np.argmax(dup)) + 1, "duplicate (batch_tokens, context_len)")
+        raise InputError(path, int(np.argmax(dup)) + 1, f"duplicate ({', '.join(key)})")
     return out
+
+
+def _phases(df: pd.DataFrame, path: str | Path) -> np.ndarray:
+    if "phase" not in df.columns:
+        return np.full(len(df), "verify", dtype=object)
+    raw = df["phase"]
+    phase = raw.astype(str).str.strip().to_numpy(dtype=object)
+    bad = ~np.isin(phase, PHASES) | raw.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(
+            path, i + 1, f"column 'phase': must be verify or prefill, got {raw.iloc[i]!r}"
+        )
+    return phase
 
 
 def profile_metadata(path: str | Path) -> dict[str, Any]:
@@ -76,51 +132,213 @@ def _interp_linear(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return np.where(x > xs[-1], ys[-1] + hi_slope * (x - xs[-1]), y)
 
 
-class LatencyModel:
-    """Target step latency in seconds as a function of batch tokens and context per sequence.
+def _int(b: Any) -> Any:
+    """Python int for integer scalars (the tables' fast path), anything else unchanged."""
+    return int(b) if isinstance(b, np.integer) else b
 
-    Curves are tabulated once at every integer batch size up to twice the largest measured
-    one, so the simulator's per-step lookups are array indexing, not interpolation.
-    """
 
-    def __init__(self, df: pd.DataFrame, name: str = "profile") -> None:
-        self.name = name
-        self.contexts = np.sort(df["context_len"].unique()).astype(np.float64)
-        self._ctx_list = self.contexts.tolist()
-        self._curves = []
-        for ctx in self.contexts:
-            part = df[df["context_len"] == ctx].sort_values("batch_tokens")
-            xs = part["batch_tokens"].to_numpy(np.float64)
-            ys = part["latency_ms"].to_numpy(np.float64) / 1e3
-            self._curves.append((xs, ys))
-        self._floor = float(df["latency_ms"].min()) / 1e3 * 0.05
-        self._bmax = int(2 * df["batch_tokens"].max())
-        grid = np.arange(self._bmax + 1, dtype=np.float64)
-        self._table = np.stack([_interp_linear(grid, xs, ys) for xs, ys in self._curves])
+def _hat(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Piecewise-linear basis: column k is the tent at knots[k] (x within the knots)."""
+    eye = np.eye(len(knots))
+    return np.stack([np.interp(x, knots, eye[k]) for k in range(len(knots))], axis=1)
+
+
+def _fit_additive(
+    b: np.ndarray, r: np.ndarray, y: np.ndarray, use_r: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares f at the unique B and g at the unique R (g = 0 at the smallest R). When
+    the rows cannot determine that (too few B shared between sequence counts), a plane
+    a + t B + s (R - R_min) instead; returns knots and values of f and g either way."""
+    bk, rk = np.unique(b), np.unique(r)
+    if not use_r or len(rk) == 1:
+        rk = rk[:1]
+    design = np.hstack([_hat(b, bk), _hat(r, rk)[:, 1:]])
+    if np.linalg.matrix_rank(design) == design.shape[1]:
+        sol = np.linalg.lstsq(design, y, rcond=None)[0]
+        return bk, sol[: len(bk)], rk, np.concatenate([[0.0], sol[len(bk) :]])
+    cols = [np.ones_like(b), b] + ([r - rk[0]] if len(rk) > 1 else [])
+    a, t, *slope = np.linalg.lstsq(np.stack(cols, axis=1), y, rcond=None)[0]
+    ends, rends = np.unique(bk[[0, -1]]), np.unique(rk[[0, -1]])
+    return ends, a + t * ends, rends, (slope[0] if slope else 0.0) * (rends - rends[0])
+
+
+@dataclass
+class Surface:
+    """One phase's latency surface: f_C(B) and g_C(R) per measured context, tabulated at every
+    integer B and R so the simulator's lookups are array indexing."""
+
+    contexts: list[float]
+    f: np.ndarray  # (contexts, table B) seconds
+    g: np.ndarray  # (contexts, table R) seconds
+    knots: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # bk, f, rk, g
+    r_dependent: bool
+    rows: int
+    residual: np.ndarray  # relative in-sample error at every measured row
 
     @classmethod
-    def from_csv(cls, path: str | Path) -> LatencyModel:
-        return cls(read_profile(path), name=Path(path).stem)
+    def fit(cls, df: pd.DataFrame, use_r: bool) -> Surface:
+        contexts = np.sort(df["context_len"].unique()).astype(np.float64)
+        bmax = max(MIN_TABLE_TOKENS, int(2 * df["batch_tokens"].max()))
+        rmax = max(MIN_TABLE_SEQS, int(2 * df["num_seqs"].max()))
+        tb, tr = np.arange(bmax + 1.0), np.arange(rmax + 1.0)
+        f, g, knots, residual = [], [], [], []
+        for ctx in contexts:
+            part = df[df["context_len"] == ctx]
+            b, r = part["batch_tokens"].to_numpy(float), part["num_seqs"].to_numpy(float)
+            y = part["latency_ms"].to_numpy(float) / 1e3
+            bk, fv, rk, gv = _fit_additive(b, r, y, use_r)
+            knots.append((bk, fv, rk, gv))
+            f.append(_interp_linear(tb, bk, fv))
+            g.append(_interp_linear(tr, rk, gv))
+            residual.append((np.interp(b, bk, fv) + np.interp(r, rk, gv)) / y - 1)
+        return cls(
+            contexts.tolist(),
+            np.stack(f),
+            np.stack(g),
+            knots,
+            use_r,
+            len(df),
+            np.concatenate(residual),
+        )
 
-    def _bracket(self, context_len: float) -> tuple[int, int, float]:
+    def bracket(self, context_len: float) -> tuple[int, int, float]:
         """Rows of the two contexts around `context_len` and the blend weight (may extrapolate)."""
-        ctxs = self._ctx_list
+        ctxs = self.contexts
         if len(ctxs) == 1:
             return 0, 0, 0.0
         i = min(max(bisect.bisect_left(ctxs, context_len), 1), len(ctxs) - 1)
         return i - 1, i, (context_len - ctxs[i - 1]) / (ctxs[i] - ctxs[i - 1])
 
-    def latency(self, batch_tokens: Any, context_len: float = 0.0) -> np.ndarray | float:
-        """Seconds for one target step; `batch_tokens` may be a scalar or an array."""
-        lo, hi, w = self._bracket(context_len)
-        if isinstance(batch_tokens, int | np.integer) and 0 <= batch_tokens <= self._bmax:
-            y0, y1 = self._table[lo, batch_tokens], self._table[hi, batch_tokens]
-            return max(float(y0 + w * (y1 - y0)), self._floor)
-        b = np.asarray(batch_tokens)
-        if b.dtype.kind in "iu" and b.size and b.max() <= self._bmax and b.min() >= 0:
-            y0, y1 = self._table[lo, b], self._table[hi, b]
-        else:
-            b = b.astype(np.float64)
-            y0, y1 = _interp_linear(b, *self._curves[lo]), _interp_linear(b, *self._curves[hi])
-        y = np.maximum(y0 + w * (y1 - y0), self._floor)
+    def __post_init__(self) -> None:
+        # Python lists for the scalar path: indexing and float arithmetic without numpy
+        # scalars (the engine prices ~1e6 steps per run).
+        self._fl, self._gl = self.f.tolist(), self.g.tolist()
+        self._fixed = [fv[0] + gv[0] for fv, gv in zip(self._fl, self._gl, strict=True)]
+
+    def _f(self, row: int, b: Any) -> Any:
+        if isinstance(b, int) and 0 <= b < len(self._fl[row]):
+            return self._fl[row][b]
+        arr = np.asarray(b)
+        if arr.dtype.kind in "iu" and arr.size and arr.min() >= 0 and arr.max() < self.f.shape[1]:
+            return self.f[row, arr]
+        bk, fv, _, _ = self.knots[row]
+        y = _interp_linear(arr.astype(np.float64), bk, fv)
         return float(y) if y.ndim == 0 else y
+
+    def _g(self, row: int, r: int) -> float:
+        if 0 <= r < len(self._gl[row]):
+            return self._gl[row][r]
+        _, _, rk, gv = self.knots[row]
+        return float(_interp_linear(np.float64(r), rk, gv))
+
+    def at(self, tokens: Any, seqs: int, context_len: float) -> Any:
+        """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
+        lo, hi, w = self.bracket(context_len)
+        y0 = self._f(lo, tokens) + self._g(lo, seqs)
+        if lo == hi:
+            return y0
+        return y0 + w * (self._f(hi, tokens) + self._g(hi, seqs) - y0)
+
+    def fixed(self, context_len: float) -> float:
+        """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""
+        lo, hi, w = self.bracket(context_len)
+        y0 = self._fixed[lo]
+        return max(y0 + w * (self._fixed[hi] - y0), 0.0)
+
+    def report(self) -> dict[str, Any]:
+        err = np.abs(self.residual)
+        return {
+            "rows": self.rows,
+            "depends_on_num_seqs": self.r_dependent,
+            "fit_median_abs_error": round(float(np.median(err)), 4),
+            "fit_worst_abs_error": round(float(np.max(err)), 4),
+        }
+
+
+class LatencyModel:
+    """Target step latency in seconds from a profile: verify, prefill and mixed steps (module
+    doc). The engine charges every step through `step`; checks read `latency` (verify only)."""
+
+    def __init__(self, df: pd.DataFrame, name: str = "profile") -> None:
+        self.name = name
+        if "phase" not in df:
+            df = df.assign(phase="verify")
+        if "num_seqs" in df:
+            self.r_note = "depends on num_seqs"
+            tied = df.groupby(["phase", "batch_tokens"])["num_seqs"].nunique().max() <= 1
+            if tied:
+                self.r_note = "num_seqs is tied to batch_tokens: treated as independent of R"
+            use_r = not tied
+        else:
+            df = df.assign(num_seqs=1.0)
+            self.r_note = "no num_seqs column: treated as independent of R"
+            use_r = False
+        verify = df[df["phase"] == "verify"]
+        prefill = df[df["phase"] == "prefill"]
+        if verify.empty:
+            raise InputError(name, None, "no verify rows (phase verify is the default)")
+        self.verify = Surface.fit(verify, use_r)
+        self.prefill_surface = Surface.fit(prefill, use_r) if len(prefill) else self.verify
+        self.has_prefill = bool(len(prefill))
+        self._floor = float(df["latency_ms"].min()) / 1e3 * 0.05
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> LatencyModel:
+        return cls(read_profile(path), name=Path(path).stem)
+
+    def latency(self, batch_tokens: Any, num_seqs: int = 1, context_len: float = 0.0) -> Any:
+        """Seconds for a verify step of B tokens over R sequences with mean context C; B may be
+        a scalar or an array (at fixed R and C)."""
+        return self._floored(self.verify.at(_int(batch_tokens), int(num_seqs), context_len))
+
+    def prefill(self, tokens: int, num_seqs: int = 1, context_len: float = 0.0) -> float:
+        """Seconds for a prefill-only step (the verify surface when the profile has no
+        prefill rows)."""
+        return self._floored(self.prefill_surface.at(_int(tokens), int(num_seqs), context_len))
+
+    def step(
+        self,
+        verify_tokens: Any,
+        num_seqs: int,
+        context_len: float,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_context: float = 0.0,
+    ) -> Any:
+        """Seconds for a step with verify work (B may be an array at fixed R and C: the
+        policies' SPS(B)) and prefill work; a mixed step pays the fixed cost once."""
+        if not prefill_tokens:
+            return self.latency(verify_tokens, num_seqs, context_len)
+        p = self.prefill(prefill_tokens, prefill_seqs, prefill_context)
+        if not num_seqs:
+            return p
+        v = self.latency(verify_tokens, num_seqs, context_len)
+        shared = min(self.verify.fixed(context_len), self.prefill_surface.fixed(prefill_context), p)
+        if isinstance(v, float):
+            return v + p - min(shared, v)
+        return v + p - np.minimum(shared, v)
+
+    def _floored(self, y: Any) -> Any:
+        if isinstance(y, float):
+            return y if y > self._floor else self._floor
+        y = np.maximum(y, self._floor)
+        return float(y) if y.ndim == 0 else y
+
+    def fit_report(self) -> dict[str, Any]:
+        """How the model reads this profile, and its in-sample relative residuals."""
+        out = {"num_seqs": self.r_note, "verify": self.verify.report()}
+        out["prefill"] = (
+            self.prefill_surface.report()
+            if self.has_prefill
+            else "no prefill rows: prefill priced with the verify surface"
+        )
+        return out
+
+    def describe(self) -> str:
+        """One line for run summaries and `dsim profile show`."""
+        v = self.verify.report()
+        prefill = "own prefill rows" if self.has_prefill else "prefill priced as verify"
+        return (
+            f"{self.name}: {self.r_note}; {prefill}; fit |error| median "
+            f"{v['fit_median_abs_error']:.1%}, worst {v['fit_worst_abs_error']:.1%}"
+        )

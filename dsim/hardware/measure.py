@@ -2,9 +2,11 @@
 
 The model comes from a zoo config (transformers' own model classes, random weights: latency
 does not depend on weight values) with a DynamicCache holding `context_len` tokens per
-sequence, the cache real-model mode uses. A point is R sequences each verifying q tokens
-(B = R*q) on top of that context; after each step the cache is cropped back, so every repeat
-sees the same context. The step timer is injectable: perf_counter on CPU, CUDA events on GPU.
+sequence, the cache real-model mode uses. A verify point is R sequences each verifying q tokens
+(B = R*q) on top of that context, a prefill point R sequences each prefilling a chunk that ends
+at the context; after each step the cache is cropped back, so every repeat sees the same
+context. This is the GPU path (`--device cuda`); on the CPU `dsim profile` times real mode's
+own pass instead (`dsim.real.profile`). The step timer is injectable (CUDA events on GPU).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import datetime as dt
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +27,6 @@ import pandas as pd
 from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.latency import write_profile
-from dsim.hardware.roofline import TOKENS_PER_SEQ
 from dsim.report import progress_bar
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -42,6 +43,17 @@ def cpu_timer(step: Callable[[], None]) -> float:
     start = time.perf_counter()
     step()
     return time.perf_counter() - start
+
+
+def thread_cpu_timer(step: Callable[[], None]) -> float:
+    """CPU time of the calling thread during a synchronous step (1 torch thread): what the
+    step costs on a core of its own, without the time other load keeps it descheduled."""
+    start = time.thread_time()
+    step()
+    return time.thread_time() - start
+
+
+CPU_TIMERS = {"wall": cpu_timer, "cpu": thread_cpu_timer}
 
 
 class CudaEventTimer:
@@ -84,34 +96,55 @@ def time_point(
 
 @dataclass(frozen=True)
 class Grid:
-    """Batch tokens B, allowed sequence counts R, and contexts per sequence to measure; each B
-    runs on the allowed R that gives nearest `tokens_per_seq` tokens per sequence."""
+    """Where to measure: every R in `seqs` times every q in `tokens_per_seq` (B = R*q, so R
+    varies independently of B) at every context; prefill rows of every R in `prefill_seqs`
+    times every chunk in `prefill_chunks` ending at every context that holds the chunk; and a
+    few mixed verify + prefill steps at the middle context (the composition check)."""
 
-    batch_tokens: tuple[int, ...]
     seqs: tuple[int, ...]
+    tokens_per_seq: tuple[int, ...]
     contexts: tuple[int, ...]
-    tokens_per_seq: int = TOKENS_PER_SEQ
+    prefill_seqs: tuple[int, ...] = ()
+    prefill_chunks: tuple[int, ...] = ()
 
     def points(self) -> list[tuple[int, int, int]]:
-        """(context_len, batch_tokens, num_seqs) in measuring order."""
+        """Verify points (context_len, batch_tokens, num_seqs) in measuring order."""
         return [
-            (c, b, choose_seqs(b, self.seqs, self.tokens_per_seq))
-            for c in self.contexts
-            for b in self.batch_tokens
+            (c, r * q, r) for c in self.contexts for r in self.seqs for q in self.tokens_per_seq
         ]
 
+    def prefill_points(self) -> list[tuple[int, int, int]]:
+        """Prefill points (context_len at the end of the chunk, prefill tokens, sequences)."""
+        return [
+            (c, r * k, r)
+            for c in self.contexts
+            for r in self.prefill_seqs
+            for k in self.prefill_chunks
+            if k <= c
+        ]
 
-def choose_seqs(batch_tokens: int, seqs: Sequence[int], per_seq: int = TOKENS_PER_SEQ) -> int:
-    """The R in `seqs` dividing B whose q = B/R is nearest `per_seq` (ties: more sequences).
+    def mixed_points(self) -> list[tuple[tuple[int, int], tuple[int, int], int]]:
+        """((R, q) verify, (R_p, chunk) prefill, context): every R > 1 at the q nearest 4,
+        with one long chunk of one sequence and the most sequences' shortest chunk."""
+        if not (self.prefill_seqs and self.prefill_chunks):
+            return []
+        ctx = self.contexts[len(self.contexts) // 2]
+        q = min(self.tokens_per_seq, key=lambda t: (abs(t - 4), t))
+        fits = [k for k in self.prefill_chunks if k <= ctx]
+        if not fits:
+            return []
+        prefills = sorted({(1, max(fits)), (max(self.prefill_seqs), min(fits))})
+        verifies = [(r, q) for r in self.seqs if r > 1] or [(self.seqs[0], q)]
+        return [(v, p, ctx) for v in verifies for p in prefills]
 
-    The roofline assumes TOKENS_PER_SEQ too, so estimate and measurement compare.
-    """
-    fits = [r for r in seqs if batch_tokens % r == 0]
-    if not fits:
-        raise InputError(
-            None, None, f"batch_tokens {batch_tokens} is not a multiple of any --seqs value {seqs}"
-        )
-    return min(fits, key=lambda r: (abs(batch_tokens // r - per_seq), -r))
+    def describe(self) -> dict[str, tuple[int, ...]]:
+        return {
+            "seqs": self.seqs,
+            "tokens_per_seq": self.tokens_per_seq,
+            "contexts": self.contexts,
+            "prefill_seqs": self.prefill_seqs,
+            "prefill_chunks": self.prefill_chunks,
+        }
 
 
 def resolve_device(device: str) -> Any:
@@ -149,6 +182,25 @@ def drafter_standin(config: Any) -> Any:
     return small
 
 
+def profiled_config(model: str, drafter: bool) -> Any:
+    """The zoo config to time: the model's, or its drafter stand-in's (rows are then drafter
+    passes of B tokens over R sequences)."""
+    config = zoo.load_config(model)
+    return drafter_standin(config) if drafter else config
+
+
+def check_run(repeats: int, warmup: int, threads: int | None) -> None:
+    """Reject bad timing options, then set torch's thread count if one is given."""
+    import torch
+
+    if repeats < 1 or warmup < 0:
+        raise InputError(None, None, "--repeats must be >= 1 and warm-up >= 0")
+    if threads is not None:
+        if threads < 1:
+            raise InputError(None, None, f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
 def build_model(config: Any, device: Any, dtype: Any) -> Any:
     """Random-weight causal LM from the config, on `device`, in eval mode (never downloads)."""
     import torch
@@ -180,48 +232,55 @@ def measure_profile(
     timer: StepTimer,
     on_point: Callable[[], None] = lambda: None,
 ) -> tuple[pd.DataFrame, list[dict[str, int]]]:
-    """Median, p10 and p90 step latency of `model` (on its device, in its dtype) at every grid
-    point; points that run out of memory are skipped and returned separately."""
+    """Median, p10 and p90 step latency of `model` (on its device, in its dtype) at every
+    verify and prefill point of the grid; points that run out of memory are skipped and
+    returned separately."""
     import torch
 
     config, device, dtype = model.config, model.device, model.dtype
     gen = torch.Generator(device=device).manual_seed(0)
     kv_heads, width = config.num_key_value_heads, zoo.head_dim(config)
     rows, skipped = [], []
+    verify, prefill = grid.points(), grid.prefill_points()
     for ctx in grid.contexts:
-        points = [(b, r) for c, b, r in grid.points() if c == ctx]
-        most = max(r for _, r in points)
+        points = [("verify", b, r, b // r, ctx) for c, b, r in verify if c == ctx]
+        points += [("prefill", p, r, p // r, ctx - p // r) for c, p, r in prefill if c == ctx]
+        most = max(r for _, _, r, _, _ in points)
         shape = (most, kv_heads, ctx, width)
         base = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-        for b, r in points:
-            ids = torch.randint(config.vocab_size, (r, b // r), generator=gen, device=device)
+        for phase, b, r, q, cached in points:
+            ids = torch.randint(config.vocab_size, (r, q), generator=gen, device=device)
             try:
-                times = _time_steps(model, config, base, ids, timer, repeats, warmup)
+                cache = filled_cache(config, base[:, :, :cached], r)
+                times = _time_steps(model, cache, ids, phase, timer, repeats, warmup)
             except torch.OutOfMemoryError:
-                skipped.append({"batch_tokens": b, "context_len": ctx, "num_seqs": r})
+                skipped.append(
+                    {"phase": phase, "batch_tokens": b, "context_len": ctx, "num_seqs": r}
+                )
                 _release(device)
             else:
                 p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
-                rows.append((b, ctx, p50, r, p10, p90))
+                rows.append((phase, b, r, ctx, p50, p10, p90))
             on_point()
         del base
         _release(device)
-    cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
+    cols = ["phase", "batch_tokens", "num_seqs", "context_len", "latency_ms"]
     df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])
     return df, skipped
 
 
 def _time_steps(
-    model: Any, config: Any, base: Any, ids: Any, timer: StepTimer, repeats: int, warmup: int
+    model: Any, cache: Any, ids: Any, phase: str, timer: StepTimer, repeats: int, warmup: int
 ) -> np.ndarray:
+    """A verify step computes logits at every position, a prefill step at the last only."""
     import torch
 
-    cache = filled_cache(config, base, ids.shape[0])
     q = ids.shape[1]
+    keep = 0 if phase == "verify" else 1
 
     def step() -> None:
         with torch.inference_mode():
-            model(input_ids=ids, cache=cache, use_cache=True)
+            model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
 
     return time_point(step, lambda: cache.crop(-q), timer, repeats, warmup)
 
@@ -265,24 +324,16 @@ def profile_model(
     import torch
     import transformers
 
-    if repeats < 1 or warmup < 0:
-        raise InputError(None, None, "--repeats must be >= 1 and warm-up >= 0")
-    if threads is not None:
-        if threads < 1:
-            raise InputError(None, None, f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    config = zoo.load_config(model)
-    if drafter:  # one drafting step per sequence: B = R, the axis --draft-cost reads
-        config = drafter_standin(config)
-        grid = replace(grid, seqs=grid.batch_tokens, tokens_per_seq=1)
-    grid.points()  # validates every B against --seqs before the model is built
+    check_run(repeats, warmup, threads)
+    config = profiled_config(model, drafter)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
     load_before = os.getloadavg()
     started = time.perf_counter()
     net = build_model(config, dev, torch_dtype)
-    with progress_bar(f"profiling {model}", len(grid.points()), enabled=progress) as bar:
+    total = len(grid.points()) + len(grid.prefill_points())
+    with progress_bar(f"profiling {model}", total, enabled=progress) as bar:
         df, skipped = measure_profile(
             net,
             grid,
@@ -313,8 +364,7 @@ def profile_model(
         "repeats": repeats,
         "warmup": warmup,
         "timer": "cuda events" if dev.type == "cuda" else "perf_counter",
-        "grid": {"batch_tokens": grid.batch_tokens, "seqs": grid.seqs, "contexts": grid.contexts},
-        "seqs_rule": f"R in seqs dividing B with B/R nearest {grid.tokens_per_seq}",
+        "grid": grid.describe(),
         "skipped_out_of_memory": skipped,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
@@ -324,8 +374,9 @@ def profile_model(
     }
     if drafter:
         meta["drafter"] = (
-            "stand-in: one decoder layer of the target's width, one drafting step per sequence "
-            "(batch_tokens = drafting sequences, as --draft-cost reads it); not a real drafter"
+            "stand-in: one decoder layer of the target's width; a row prices one drafter pass of "
+            "batch_tokens tokens over num_seqs sequences (as --draft-cost reads it); not a real "
+            "drafter"
         )
     write_profile(df, out, meta)
     return df

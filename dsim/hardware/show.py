@@ -10,6 +10,7 @@ on measured points, unlike a fit, survives jagged real curves.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dsim.fileio import write_with
-from dsim.hardware.latency import profile_metadata, read_profile
+from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
 
 KNEE_RATIO = 1.2
 
@@ -31,13 +32,18 @@ def knee(batch_tokens: np.ndarray, latency: np.ndarray, ratio: float = KNEE_RATI
     return int(b[above[0]]) if above.size else None
 
 
-def curves(df: pd.DataFrame) -> dict[int, pd.DataFrame]:
-    """Per context: batch_tokens, latency_ms, sps and tokens_per_s, sorted by B."""
+def curves(df: pd.DataFrame, by_seqs: bool = False) -> dict[Any, pd.DataFrame]:
+    """Per context (per (context, R) with `by_seqs`) of the verify rows: batch_tokens,
+    latency_ms, sps and tokens_per_s, sorted by B."""
+    if "phase" in df:
+        df = df[df["phase"] == "verify"]
+    keys = ["context_len", "num_seqs"] if by_seqs else ["context_len"]
     out = {}
-    for ctx, part in df.groupby("context_len", sort=True):
+    for key, part in df.groupby(keys, sort=True):
         part = part.sort_values("batch_tokens")
         sps = 1e3 / part["latency_ms"].to_numpy()
-        out[int(ctx)] = pd.DataFrame(
+        name = tuple(int(k) for k in key) if by_seqs else int(key[0])
+        out[name] = pd.DataFrame(
             {
                 "batch_tokens": part["batch_tokens"].to_numpy(),
                 "latency_ms": part["latency_ms"].to_numpy(),
@@ -48,30 +54,37 @@ def curves(df: pd.DataFrame) -> dict[int, pd.DataFrame]:
     return out
 
 
-def render_table(path: Path, per_ctx: dict[int, pd.DataFrame], meta: dict) -> Table:
-    """Latency (ms) per batch-token count, one column per context; knees in the caption."""
+def _label(key: Any) -> str:
+    return f"ctx {key[0]} R {key[1]}" if isinstance(key, tuple) else f"ctx {key}"
+
+
+def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) -> Table:
+    """Latency (ms) per (phase, batch tokens, sequences), one column per context; the model's
+    reading of the profile and the knees in the caption."""
     kind = "ESTIMATE" if meta.get("estimate") else "measured"
     title = f"{path.name} ({kind}: {meta.get('device') or meta.get('gpu', '?')}, "
     title += f"{meta.get('model', '?')}, {meta.get('dtype', '?')})"
     table = Table(title=title)
-    table.add_column("batch_tokens", justify="right")
-    for ctx in per_ctx:
-        table.add_column(f"ctx {ctx} ms", justify="right")
-    merged = pd.concat(
-        [c.set_index("batch_tokens")["latency_ms"].rename(ctx) for ctx, c in per_ctx.items()],
-        axis=1,
-    ).sort_index()
-    for b, row in merged.iterrows():
-        table.add_row(str(int(b)), *("" if np.isnan(v) else f"{v:.3f}" for v in row))
-    knees = {ctx: knee(c["batch_tokens"], c["latency_ms"]) for ctx, c in per_ctx.items()}
-    table.caption = f"knee (latency > {KNEE_RATIO}x light load) at B = " + ", ".join(
-        f"{k if k is not None else 'none'} (ctx {ctx})" for ctx, k in knees.items()
+    index = ["phase", "batch_tokens"] + (["num_seqs"] if "num_seqs" in df else [])
+    for col in ("phase", "batch_tokens", "num_seqs")[: len(index)]:
+        table.add_column(col, justify="right")
+    wide = df.pivot_table(index=index, columns="context_len", values="latency_ms", sort=True)
+    for ctx in wide.columns:
+        table.add_column(f"ctx {int(ctx)} ms", justify="right")
+    for key, row in wide.iterrows():
+        cells = [str(key[0]), *(str(int(k)) for k in key[1:])]
+        table.add_row(*cells, *("" if np.isnan(v) else f"{v:.3f}" for v in row))
+    per_curve = curves(df, model.verify.r_dependent)
+    knees = {key: knee(c["batch_tokens"], c["latency_ms"]) for key, c in per_curve.items()}
+    table.caption = (
+        f"model: {model.describe()}\nknee (latency > {KNEE_RATIO}x light load) at B = "
+        + ", ".join(f"{k if k is not None else 'none'} ({_label(key)})" for key, k in knees.items())
     )
     return table
 
 
-def plot(per_ctx: dict[int, pd.DataFrame], title: str, out: Path) -> None:
-    """SPS(B) and tokens/s = B * SPS(B) against B (log x), one line per context, knees marked."""
+def plot(per_ctx: dict[Any, pd.DataFrame], title: str, out: Path) -> None:
+    """SPS(B) and tokens/s = B * SPS(B) against B (log x), one line per curve, knees marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,7 +92,7 @@ def plot(per_ctx: dict[int, pd.DataFrame], title: str, out: Path) -> None:
 
     fig, (ax_sps, ax_tok) = plt.subplots(1, 2, figsize=(11, 4.2))
     for ctx, c in per_ctx.items():
-        line = ax_sps.plot(c["batch_tokens"], c["sps"], marker=".", label=f"ctx {ctx}")[0]
+        line = ax_sps.plot(c["batch_tokens"], c["sps"], marker=".", label=_label(ctx))[0]
         ax_tok.plot(c["batch_tokens"], c["tokens_per_s"], marker=".", color=line.get_color())
         k = knee(c["batch_tokens"], c["latency_ms"])
         if k is not None:
@@ -101,10 +114,11 @@ def plot(per_ctx: dict[int, pd.DataFrame], title: str, out: Path) -> None:
 def show_profile(path: str | Path, out: str | Path | None = None) -> Path:
     """Print the profile table and write the PNG (default: beside the CSV); returns the PNG."""
     path = Path(path)
-    per_ctx = curves(read_profile(path))
+    df = read_profile(path)
+    model = LatencyModel(df, name=path.stem)
     meta = profile_metadata(path)
-    Console().print(render_table(path, per_ctx, meta))
+    Console().print(render_table(path, df, meta, model))
     png = Path(out) if out is not None else path.with_suffix(".png")
     kind = "estimate" if meta.get("estimate") else "measured"
-    plot(per_ctx, f"{path.stem} ({kind})", png)
+    plot(curves(df, model.verify.r_dependent), f"{path.stem} ({kind})", png)
     return png

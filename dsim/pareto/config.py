@@ -31,7 +31,7 @@ from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number
-from dsim.engine.config import parse_draft_cost, parse_sched_cost
+from dsim.engine.config import drafter_kind, parse_draft_cost, parse_sched_cost
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
@@ -121,6 +121,7 @@ def _check_inputs(check: _Checker, spec: RunSpec) -> None:
     check.wrap("run.profile", lambda: LatencyModel.from_csv(spec.profile))
     check.wrap("run.draft_cost", lambda: parse_draft_cost(spec.draft_cost))
     check.wrap("run.sched_cost", lambda: parse_sched_cost(spec.sched_cost))
+    check.wrap("run.drafter_kind", lambda: drafter_kind(spec.policy, spec.drafter_kind))
     check.wrap(
         "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
     )

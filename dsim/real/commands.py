@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
             draft_cost=draft_cost,
             sla_tps=sla_tps,
             sched_cost=sched_cost,
+            drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
             calibration=calibration,
         )
         check_options(spec, clock, drafter is not None)  # before any model is loaded
@@ -110,7 +111,11 @@ def register(app: typer.Typer) -> None:
             ..., help="Acceptance trace of the same drafter (dsim collect)."
         ),
         prompts: Path = typer.Option(DEFAULT_PROMPTS, help="Prompt file (JSON lines)."),
-        profile: Path = typer.Option(CPU_PROFILE, help="Measured profile of the target."),
+        profile: Path = typer.Option(
+            None,
+            help="Profile of the target (default: measure one on this machine first, "
+            "1 torch thread, into OUT/profile.csv).",
+        ),
         preset: str = typer.Option("preset:dspark:chat", help="Parametric acceptance to compare."),
         policies: str = typer.Option("mtp1,fixed:4,dspark", help="Policies, comma-separated."),
         requests: int = typer.Option(32, help="Requests in the workload."),

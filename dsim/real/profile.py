@@ -1,85 +1,288 @@
-"""A load profile of real mode's own verify step (the validation's step-time check).
+"""A CPU load profile measured through real mode's own target pass (`dsim profile --device cpu`).
 
-`dsim profile` times the transformers model with a DynamicCache. Real mode runs a different
-step: flattened tokens over a KV pool read in place (`dsim.real.ragged`), the LM head and
-softmax at every verified position, then rejection sampling over the full vocabulary. This
-module times exactly that, `RealBackend.verify`, on the same grid (R requests with
-context_len cached tokens, each verifying q = B / R tokens: an anchor and q - 1 drafts), so the
-validation can tell how much of a simulation error comes from the profile's method.
+Real mode runs every target step as ONE flattened pass over ragged per-request blocks with a KV
+pool read in place (`dsim.real.ragged.RaggedTarget.forward`), then the LM head and softmax at
+the positions it samples from (`RaggedTarget.probs`): every position of a verify block, the
+last position of a prefill block. This module times exactly those two calls, on random weights
+built from a zoo config (latency does not depend on weight values), at grid points where the
+number of sequences R varies independently of the batch tokens B (`Grid`):
+
+- verify rows: R sequences each holding `context_len` cached tokens, each verifying q tokens;
+- prefill rows: R sequences each prefilling a chunk that ends at `context_len`;
+- mixed steps (sidecar only): verify and prefill blocks in one pass, to measure the error of the
+  step-time model's composition (`LatencyModel.step`).
+
+Rejection sampling after the pass (an elementwise op over the vocabulary per verified position)
+is not timed: it needs a drafter, and the profile is the target's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from dsim.hardware.latency import write_profile
-from dsim.hardware.measure import Grid, cpu_timer, time_point
-from dsim.models.drafters import Draft
-from dsim.real.backend import RealBackend
+from dsim.errors import InputError
+from dsim.hardware import zoo
+from dsim.hardware.latency import LatencyModel, write_profile
+from dsim.hardware.measure import (
+    CPU_TIMERS,
+    Grid,
+    StepTimer,
+    build_model,
+    check_run,
+    cpu_timer,
+    device_name,
+    profiled_config,
+    time_point,
+)
+from dsim.real.ragged import RaggedTarget
+
+TIMER_NOTES = {
+    "wall": "perf_counter: wall time",
+    "cpu": "thread_time: CPU time of the measuring thread (1 torch thread), which leaves out "
+    "the time other load keeps it descheduled (not cache or memory-bandwidth contention)",
+}
+
+# A part of a step: (sequences, tokens per sequence, cached tokens before the pass, prefill?).
+Part = tuple[int, int, int, bool]
 
 
-def measure_real_profile(
-    target, drafter, grid: Grid, out: str | Path, repeats: int = 5, warmup: int = 2
-) -> pd.DataFrame:
-    """Median, p10, p90 of `RealBackend.verify` per grid point, with random drafts over the
-    drafter's vocabulary (acceptance does not change the work: every verified position is
-    computed and sampled either way)."""
-    gen = torch.Generator().manual_seed(0)
-    vocab = drafter.vocab
+def random_target(model: str, drafter: bool = False) -> Any:
+    """A random-weight `Target` of the zoo model or its drafter stand-in (no tokenizer: only its
+    passes are timed)."""
+    from dsim.models.target import Target
+
+    config = profiled_config(model, drafter)
+    net = build_model(config, torch.device("cpu"), torch.float32)
+    net.requires_grad_(False)
+    return Target(model, net, None, f"{model}:random")
+
+
+class PassClock:
+    """Times real mode's pass over given parts on one KV pool sized for the whole grid."""
+
+    def __init__(self, target: Any, slots: int, capacity: int, seed: int = 0) -> None:
+        self.passes = RaggedTarget(target)
+        self.vocab = target.vocab_size
+        self.gen = torch.Generator().manual_seed(seed)
+        for rid in range(slots):  # lowest free slots, in order: rid == slot
+            self.passes.store.open(rid, capacity)
+
+    def step(self, parts: list[Part]) -> Callable[[], None]:
+        """The pass for `parts` (request ids 0.. in part order), ready to call repeatedly:
+        `forward` writes KV past each request's length without committing, so repeats see the
+        same cache and need no reset."""
+        rids, blocks, keep, at = [], [], [], 0
+        for seqs, q, cached, prefill in parts:
+            for _ in range(seqs):
+                rid = len(rids)
+                self.passes.store.lengths[rid] = cached
+                rids.append(rid)
+                blocks.append(torch.randint(self.vocab, (q,), generator=self.gen).tolist())
+                keep.extend([at + q - 1] if prefill else range(at, at + q))
+                at += q
+        index = torch.tensor(keep)
+
+        def run() -> None:
+            states = self.passes.forward(rids, blocks)
+            self.passes.probs(states[index])
+
+        return run
+
+    def time(self, parts: list[Part], repeats: int, warmup: int, timer: StepTimer) -> np.ndarray:
+        return time_point(self.step(parts), lambda: None, timer, repeats, warmup)
+
+
+def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
+    p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
+    return {
+        "phase": phase,
+        "batch_tokens": tokens,
+        "num_seqs": seqs,
+        "context_len": ctx,
+        "latency_ms": p50,
+        "latency_ms_p10": p10,
+        "latency_ms_p90": p90,
+    }
+
+
+def measure_cpu_profile(
+    target: Any,
+    grid: Grid,
+    repeats: int = 5,
+    warmup: int = 2,
+    timer: StepTimer = cpu_timer,
+    on_point: Callable[[], None] = lambda: None,
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`."""
+    slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
+    clock = PassClock(target, slots, max(grid.contexts) + max(grid.tokens_per_seq))
     rows = []
-    load_before = os.getloadavg()
     for ctx, b, r in grid.points():
-        q = b // r
-        prompts = [[0] * ctx for _ in range(r)]
-        backend = RealBackend(target, drafter, prompts, np.full(r, 1 << 30), gamma=max(q - 1, 1))
-        backend.bind(r, np.random.default_rng(0))
-        store = backend.passes.store
-        for rid in range(r):
-            store.open(rid, ctx + q)
-            backend.hidden[rid], backend.anchor[rid] = torch.zeros(target.hidden_size), 1
-        store.kv.normal_(generator=gen)
-        idx, lengths = np.arange(r), np.full(r, q - 1)
-        draft = Draft(
-            vocab[torch.randint(0, len(vocab), (r, max(q - 1, 1)), generator=gen)],
-            torch.softmax(torch.randn(r, max(q - 1, 1), len(vocab), generator=gen), -1),
-            torch.full((r, max(q - 1, 1)), 0.5),
+        rows.append(
+            _row(clock.time([(r, b // r, ctx, False)], repeats, warmup, timer), "verify", b, r, ctx)
         )
+        on_point()
+    for ctx, p, r in grid.prefill_points():
+        part = (r, p // r, ctx - p // r, True)
+        rows.append(_row(clock.time([part], repeats, warmup, timer), "prefill", p, r, ctx))
+        on_point()
+    mixed = []
+    for (r, q), (rp, chunk), ctx in grid.mixed_points():
+        parts = [(r, q, ctx, False), (rp, chunk, ctx - chunk, True)]
+        times = clock.time(parts, repeats, warmup, timer)
+        mixed.append(
+            {
+                "verify_tokens": r * q,
+                "num_seqs": r,
+                "context_len": ctx,
+                "prefill_tokens": rp * chunk,
+                "prefill_seqs": rp,
+                "prefill_context": ctx,
+                "latency_ms": float(np.median(times) * 1e3),
+            }
+        )
+        on_point()
+    return pd.DataFrame(rows), mixed
 
-        def step(backend=backend, idx=idx, lengths=lengths, draft=draft) -> None:
-            backend.drafting, backend._draft = idx, draft
-            backend.verify(idx, lengths, None)
 
-        def reset(backend=backend, r=r, ctx=ctx) -> None:
-            for rid in range(r):
-                backend.passes.store.lengths[rid] = ctx
-                backend.outputs[rid].clear()
+def composition_check(model: LatencyModel, mixed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step-time model's prediction for each measured mixed step, and its relative error
+    (the composition's error plus each part's interpolation error)."""
+    out = []
+    for m in mixed:
+        pred = model.step(
+            m["verify_tokens"],
+            m["num_seqs"],
+            m["context_len"],
+            m["prefill_tokens"],
+            m["prefill_seqs"],
+            m["prefill_context"],
+        )
+        naive = model.latency(m["verify_tokens"], m["num_seqs"], m["context_len"]) + model.prefill(
+            m["prefill_tokens"], m["prefill_seqs"], m["prefill_context"]
+        )
+        out.append(
+            {
+                **m,
+                "predicted_ms": round(pred * 1e3, 3),
+                "error": round(pred * 1e3 / m["latency_ms"] - 1, 4),
+                "sum_of_parts_error": round(naive * 1e3 / m["latency_ms"] - 1, 4),
+            }
+        )
+    err = np.abs([o["error"] for o in out]) if out else np.array([np.nan])
+    return {
+        "steps": out,
+        "median_abs_error": round(float(np.median(err)), 4),
+        "worst_abs_error": round(float(np.max(err)), 4),
+    }
 
-        reset()
-        times = time_point(step, reset, cpu_timer, repeats, warmup)
-        p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
-        rows.append((b, ctx, p50, r, p10, p90))
-    cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
-    df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])
-    df = df.assign(device="cpu", model=f"{target.name} real-mode verify step", dtype="float32")
+
+def profile_cpu(
+    model: str,
+    grid: Grid,
+    out: str | Path,
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    threads: int | None = None,
+    drafter: bool = False,
+    timer: str = "wall",
+    command: str = "",
+    progress: bool = True,
+) -> pd.DataFrame:
+    """`dsim profile --device cpu`: measure `model` (or its drafter stand-in) on random weights
+    through real mode's pass; write CSV + sidecar."""
+    if timer not in CPU_TIMERS:
+        raise InputError(None, None, f"--timer must be wall or cpu, got {timer!r}")
+    if timer == "cpu" and threads != 1:
+        raise InputError(None, None, "--timer cpu times one thread: give --threads 1")
+    check_run(repeats, warmup, threads)
+    load_before = os.getloadavg()
+    target = random_target(model, drafter)
+    label = f"{model} drafter stand-in" if drafter else model
+    extra = {"drafter": "stand-in: one decoder layer of the target's width; not a real drafter"}
+    return write_cpu_profile(
+        target,
+        label,
+        grid,
+        out,
+        repeats=repeats,
+        warmup=warmup,
+        timer=timer,
+        command=command,
+        progress=progress,
+        meta={
+            "load_average_before": load_before,
+            "weights": "random (latency does not depend on them)",
+            **(extra if drafter else {}),
+        },
+    )
+
+
+def write_cpu_profile(
+    target: Any,
+    label: str,
+    grid: Grid,
+    out: str | Path,
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    timer: str = "wall",
+    command: str = "",
+    progress: bool = True,
+    meta: dict[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Measure `target`'s passes on `grid` and write the profile, its sidecar (machine, load,
+    the model fit's residuals, the mixed-step composition check) atomically."""
+    import transformers
+    from rich.progress import Progress
+
+    if timer not in CPU_TIMERS:
+        raise InputError(None, None, f"--timer must be wall or cpu, got {timer!r}")
+    meta = {"load_average_before": os.getloadavg(), **(meta or {})}
+    started = time.perf_counter()
+    total = len(grid.points()) + len(grid.prefill_points()) + len(grid.mixed_points())
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"profiling {label}", total=total)
+        df, mixed = measure_cpu_profile(
+            target, grid, repeats, warmup, CPU_TIMERS[timer], on_point=lambda: bar.advance(task)
+        )
+    device = device_name(torch.device("cpu"))
+    df = df.assign(device=device, model=label, dtype="float32")
+    fitted = LatencyModel(df, name=Path(out).stem)
     meta = {
         "estimate": False,
-        "method": "measured: dsim.real.backend.RealBackend.verify (flattened target pass over a "
-        "KV pool, LM head and softmax at every position, rejection sampling), R requests x q "
-        "tokens, cache lengths restored after every step",
-        "model": target.name,
+        "method": "measured: real mode's target pass (dsim.real.ragged.RaggedTarget.forward "
+        "over ragged blocks with a KV pool, then the LM head and softmax at every verify "
+        "position and the last prefill position), rejection sampling not timed",
+        "model": label,
+        "model_config": zoo.describe(target.model.config),
+        "device": device,
+        "device_type": "cpu",
+        "dtype": "float32",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
         "warmup": warmup,
-        "grid": {"batch_tokens": grid.batch_tokens, "seqs": grid.seqs, "contexts": grid.contexts},
-        "load_average_before": load_before,
+        "timer": TIMER_NOTES[timer],
+        "grid": grid.describe(),
+        "fit": fitted.fit_report(),
+        "composition_check": composition_check(fitted, mixed),
+        **meta,
         "load_average_after": os.getloadavg(),
+        "wall_s": round(time.perf_counter() - started, 1),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
     }
     write_profile(df, out, meta)
     return df

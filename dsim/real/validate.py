@@ -2,14 +2,15 @@
 
 One small Poisson workload is served three ways per policy:
 1. real mode with the wall clock (the truth);
-2. simulation with the measured CPU profile, the acceptance trace of the same drafter and a
-   drafter profile measured here on the real drafter (the "trace" model);
+2. simulation with a CPU profile of the target measured on this machine right before the runs
+   (unless a profile is given), the acceptance trace of the same drafter and a drafter profile
+   measured here on the real drafter (the "trace" model);
 3. simulation with the same profile and drafter cost but a parametric acceptance preset.
 Both simulations get the real run's exact arrivals, prompt lengths and generated lengths, so
 the errors isolate the step-time model and the acceptance model. `diagnostics.json` checks the
-step-time model alone (its prediction for the real run's own batches vs their measured time),
-for the given profile and for a profile of real mode's own verify step (`dsim.real.profile`),
-and repeats the trace simulation clocked by the latter.
+step-time model alone (its prediction for the real run's own batches vs their measured time).
+Real mode runs a step's prefill as its own pass after the verify pass, so its steps with
+prefill work pay the per-pass cost twice where the model composes one fused pass.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.fileio import write_json, write_with
-from dsim.hardware.commands import CPU_BATCH_TOKENS, CPU_SEQS, parse_ints
 from dsim.hardware.latency import LatencyModel, write_profile
 from dsim.hardware.measure import Grid
 from dsim.policies import parse_policy
-from dsim.real.profile import measure_real_profile
+from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.report import frame_table
 from dsim.run import RunSpec, run_engine, write_run
@@ -46,7 +46,7 @@ class Settings:
     drafter: Path
     acceptance: Path  # the drafter's acceptance trace
     prompts: Path
-    profile: Path
+    profile: Path | None  # None: profile the target on this machine before the real runs
     preset: str = "preset:dspark:chat"
     policies: tuple[str, ...] = POLICIES
     requests: int = 32
@@ -55,12 +55,18 @@ class Settings:
     max_seqs: int = 16
     seed: int = 0
     target: str = "smollm2-135m"
-    step_profile_contexts: tuple[int, ...] = (128, 512)  # () skips the real-step profile
+    profile_contexts: tuple[int, ...] = (128, 256, 512)  # of the on-machine profile
+
+    def profile_grid(self) -> Grid:
+        """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence."""
+        seqs = tuple(sorted({r for r in (1, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
+        return Grid(seqs, (1, 2, 4, 8), self.profile_contexts, (1, 4), (32, 128))
 
 
 def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:
-    """Median wall time of the real drafter's batched pass at R sequences; written as a
-    drafter profile (batch_tokens = R, one context: the drafter reads no KV cache)."""
+    """Median wall time of the real drafter's batched draft() at R sequences; written as a
+    drafter profile of one block pass per round (batch_tokens = R x gamma, num_seqs = R, one
+    context: the drafter reads no KV cache), read with --drafter-kind block."""
     import torch
 
     from dsim.models.drafters import time_draft
@@ -69,7 +75,7 @@ def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.
     for r in DRAFTER_BATCHES:
         times = time_draft(drafter, target.hidden_size, r, repeats)
         p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
-        rows.append((r, 0, p50, r, p10, p90))
+        rows.append((r * drafter.gamma, 0, p50, r, p10, p90))
     cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
     df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])
     meta = {
@@ -97,18 +103,30 @@ def realized(run: RealRun) -> Workload:
 def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[str, float]:
     """The step-time model (target profile + drafter profile) on the real run's own batches:
     predicted vs measured busy time, for decode-only steps and for steps with prefill work.
-    Context per sequence is approximated from the step's KV blocks (the log keeps no more)."""
+    Context per sequence is approximated from the step's KV blocks (the log keeps no more),
+    and a step's prefill work is taken as one sequence's."""
     latency = LatencyModel.from_csv(profile)
-    draft = DraftCost(profile=LatencyModel.from_csv(draft_profile))
+    draft = DraftCost(profile=LatencyModel.from_csv(draft_profile), kind="block")
     steps = run.result.steps
-    seqs = steps.num_running + (steps.prefill_tokens > 0)
-    ctx = steps.kv_blocks_used * EngineConfig.block_size / np.maximum(seqs, 1)
+    prefilling = (steps.prefill_tokens > 0).astype(np.int64)
+    ctx = (
+        steps.kv_blocks_used
+        * EngineConfig.block_size
+        / np.maximum(steps.num_running + prefilling, 1)
+    )
     drafting = parse_policy(run.spec.policy).drafts
     predicted = np.array(
         [
-            (draft.seconds(int(r), c, latency) if r and drafting else 0.0)
-            + float(latency.latency(int(b), c))
-            for r, b, c in zip(steps.num_running, steps.batch_tokens, ctx, strict=True)
+            (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
+            + float(latency.step(int(b - p), int(r), c, int(p), int(k), c))
+            for r, b, p, k, c in zip(
+                steps.num_running,
+                steps.batch_tokens,
+                steps.prefill_tokens,
+                prefilling,
+                ctx,
+                strict=True,
+            )
         ]
     )
     out = {}
@@ -138,29 +156,27 @@ def validate(
 
     from dsim.real.runner import load_models, profile_threads
 
-    threads = profile_threads(s.profile)
+    # The given profile's thread count, or 1 (real mode's) for the profile measured here.
+    threads = profile_threads(s.profile) if s.profile is not None else 1
     if threads:
         torch.set_num_threads(threads)
     target, drafter = load_models(s.target, s.drafter)
     draft_profile = out / "drafter-profile.csv"
     measure_drafter_profile(drafter, target, draft_profile)
-    step_profile = out / "real-step-profile.csv"
-    if s.step_profile_contexts:
-        log("measuring the real-mode verify step on the profile grid")
-        grid = Grid(
-            parse_ints(CPU_BATCH_TOKENS, "batch tokens"),
-            parse_ints(CPU_SEQS, "seqs"),
-            s.step_profile_contexts,
-        )
-        measure_real_profile(target, drafter, grid, step_profile)
+    profile = s.profile
+    if profile is None:  # never clock a validation by another machine's profile
+        profile = out / "profile.csv"
+        log(f"profiling {s.target} on this machine ({profile})")
+        write_cpu_profile(target, s.target, s.profile_grid(), profile, progress=False)
     trace = f"synthetic:rate={s.rate},cv=1,n={s.requests},output={s.max_new_tokens},sigma=0"
     base = RunSpec(
         trace=trace,
-        profile=str(s.profile),
+        profile=str(profile),
         gamma=drafter.gamma,
         seed=s.seed,
         max_seqs=s.max_seqs,
         draft_cost=str(draft_profile),
+        drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
     )
     results: dict = {}
     diagnostics: dict = {}
@@ -174,7 +190,7 @@ def validate(
         write_real_run(run, out / "runs" / f"{name}-real")
         work = realized(run)
         diagnostics[policy] = {
-            "step_model": step_model_check(run, s.profile, draft_profile),
+            "step_model": step_model_check(run, profile, draft_profile),
             "real_run": {**load, "threads": torch.get_num_threads()},
         }
         results[policy] = {}
@@ -185,14 +201,6 @@ def validate(
             sim = run_engine(sim_spec, work, backend)
             write_run(sim, sim_spec, out / "runs" / f"{name}-{kind}")
             results[policy][kind] = compare(run.result.summary, sim.summary)
-        if s.step_profile_contexts:  # the same trace simulation, clocked by the real step
-            diag = diagnostics[policy]
-            diag["step_model_real_step"] = step_model_check(run, step_profile, draft_profile)
-            sim_spec = replace(spec, acceptance=str(s.acceptance), calibration="raw")
-            sim_spec = replace(sim_spec, profile=str(step_profile))
-            backend = Simulated(parse_acceptance(str(s.acceptance), drafter.gamma, "raw"))
-            sim = run_engine(sim_spec, work, backend)
-            diag["trace_real_step_profile"] = compare(run.result.summary, sim.summary)
         log(table(results).to_string(index=False))
     write_json(out / "validation.json", results)
     write_json(out / "diagnostics.json", diagnostics)

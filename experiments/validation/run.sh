@@ -18,14 +18,12 @@ quiet() {
   echo "machine never got quiet; measuring anyway" >&2
 }
 
-# 1. Re-measure the CPU profile of the target if it was measured under load (see its sidecar).
+# 1-2. Real mode (wall clock) vs simulation (trace-driven and preset), mtp1 / fixed:4 / dspark.
+# Without --profile, validate first profiles the target on this machine (1 torch thread, real
+# mode's own pass) into experiments/validation/profile.csv, right before the real runs.
 quiet
-$DSIM profile --model smollm2-135m --device cpu --threads 1 --out profiles/cpu-smollm2-135m.csv
-
-# 2. Real mode (wall clock) vs simulation (trace-driven and preset), mtp1 / fixed:4 / dspark.
 $DSIM validate --drafter drafters/markov.pt --acceptance traces/acceptance/smollm2-markov.parquet \
-  --profile profiles/cpu-smollm2-135m.csv --requests 32 --rate 0.5 --max-new-tokens 64 \
-  --out experiments/validation
+  --requests 32 --rate 0.5 --max-new-tokens 64 --out experiments/validation
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

@@ -62,7 +62,11 @@ class Arch:
         h, heads = self.hidden, self.heads
         if self.mla:
             qk = self.qk_nope_dim + self.qk_rope_dim
-            q = h * self.q_lora_rank + self.q_lora_rank * heads * qk if self.q_lora_rank else h * heads * qk
+            q = (
+                h * self.q_lora_rank + self.q_lora_rank * heads * qk
+                if self.q_lora_rank
+                else h * heads * qk
+            )
             kv = h * (self.kv_lora_rank + self.qk_rope_dim)
             kv += self.kv_lora_rank * heads * (self.qk_nope_dim + self.v_head_dim)
             return q + kv + heads * self.v_head_dim * h

@@ -23,14 +23,12 @@ from dsim.hardware import zoo
 from dsim.hardware.arch import Arch, Parallel, layer_linears
 from dsim.hardware.gpu_model import (
     ACT_BYTES,
-    ELEMENTWISE_PER_LAYER,
     GPUS,
     AllReduce,
     Gpu,
     KernelFit,
     StepOverhead,
     elementwise_bytes,
-    elementwise_time,
     linear_time,
     step_parts,
 )
@@ -132,7 +130,9 @@ def fit_kernels(gpu: str) -> KernelFit:
     )
     el = rows[(rows["kind"] == "elementwise") & (rows["seconds"] > 0)]
     t = el["seconds"].to_numpy()
-    design = np.column_stack([np.ones_like(t), el["bytes"].to_numpy() / spec.bandwidth]) / t[:, None]
+    design = (
+        np.column_stack([np.ones_like(t), el["bytes"].to_numpy() / spec.bandwidth]) / t[:, None]
+    )
     (kernel, inv_frac), _ = nnls(design, np.ones_like(t))
     fc, fm, p, k_us = (float(v) for v in sol.x)
     return KernelFit(fc, fm, p, k_us * 1e-6, float(kernel), 1.0 / max(float(inv_frac), 1e-9))
@@ -234,9 +234,12 @@ def fit_overhead(rows: pd.DataFrame) -> StepOverhead:
 
 
 def predict(rows: pd.DataFrame, overhead: StepOverhead) -> np.ndarray:
-    return rows["base_s"].to_numpy() + (
-        overhead.per_layer_s * rows["layers"].to_numpy() + overhead.per_seq_s * rows["seqs"]
-    ).to_numpy()
+    return (
+        rows["base_s"].to_numpy()
+        + (
+            overhead.per_layer_s * rows["layers"].to_numpy() + overhead.per_seq_s * rows["seqs"]
+        ).to_numpy()
+    )
 
 
 FOLDS = {

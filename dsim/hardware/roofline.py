@@ -58,7 +58,9 @@ def parse_dtype(dtype: str) -> str:
     try:
         return DTYPES[dtype.lower()]
     except KeyError:
-        raise InputError(None, None, f"--dtype with --roofline must be bf16 or fp8, got {dtype!r}") from None
+        raise InputError(
+            None, None, f"--dtype with --roofline must be bf16 or fp8, got {dtype!r}"
+        ) from None
 
 
 def roofline_profile(
@@ -97,7 +99,16 @@ def roofline_profile(
     df["latency_ms"] = seconds * 1e3
     label = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
     df = df.assign(device=label, model=model, dtype=par.dtype)[
-        ["batch_tokens", "num_seqs", "context_len", "latency_ms", "phase", "device", "model", "dtype"]
+        [
+            "batch_tokens",
+            "num_seqs",
+            "context_len",
+            "latency_ms",
+            "phase",
+            "device",
+            "model",
+            "dtype",
+        ]
     ]
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp)

@@ -139,20 +139,35 @@ def fit_kernels(gpu: str) -> KernelFit:
 
 
 @cache
-def allreduce_table(gpu: str) -> AllReduce:
-    """Latency and bandwidth per GPU count, fitted (non-negative least squares on relative
-    error) on Vidur's NCCL all-reduce medians within one DGX node, 2 KiB..64 MiB."""
+def allreduce_medians(gpu: str) -> pd.Series:
+    """Vidur's NCCL all-reduce median seconds within one DGX node, by (GPU count, size)."""
     df = pd.read_csv(data_path(f"vidur/network/{gpu}_dgx/all_reduce.csv.gz"))
     df = df[df["devices_per_node"] >= df["num_workers"]]
-    med = df.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median()
+    return df.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median() / 1e3
+
+
+@cache
+def allreduce_table(gpu: str) -> AllReduce:
+    """Latency and bandwidth per GPU count, fitted (non-negative least squares on relative
+    error) on the measured medians, 2 KiB..64 MiB."""
     fits = {}
-    for workers, part in med.groupby(level=0):
+    for workers, part in allreduce_medians(gpu).groupby(level=0):
         size = part.index.get_level_values(1).to_numpy(np.float64)
-        secs = part.to_numpy(np.float64) / 1e3
+        secs = part.to_numpy(np.float64)
         design = np.column_stack([np.ones_like(size), size]) / secs[:, None]
         (latency, inv_bw), _ = nnls(design, np.ones_like(secs))
         fits[int(workers)] = (float(latency), 1.0 / max(float(inv_bw), 1e-30))
     return AllReduce(fits, gpu)
+
+
+def allreduce_errors(gpu: str) -> dict:
+    """The all-reduce line's relative error on the medians it was fitted on, per GPU count."""
+    table, out = allreduce_table(gpu), {}
+    for workers, part in allreduce_medians(gpu).groupby(level=0):
+        size = part.index.get_level_values(1).to_numpy(np.float64)
+        err = table.time(size, int(workers)) / part.to_numpy() - 1.0
+        out[str(workers)] = _summary(err)
+    return out
 
 
 @cache
@@ -312,6 +327,7 @@ def record() -> dict:
         "allreduce_latency_s_bandwidth_bytes_per_s": {
             g: {str(k): v for k, v in allreduce_table(g).fits.items()} for g in ("a100", "h100")
         },
+        "allreduce_fit_error": {g: allreduce_errors(g) for g in ("a100", "h100")},
         "step_overhead": asdict(step_overhead()),
         "evaluation": evaluation(),
     }

@@ -19,7 +19,7 @@ import pandas as pd
 from dsim.errors import InputError
 from dsim.hardware import gpu_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
-from dsim.hardware.gpu_model import StepOverhead, get_gpu, step_time
+from dsim.hardware.gpu_model import StepOverhead, get_gpu, step_parts, step_time
 from dsim.hardware.latency import write_profile
 
 FORMULA = (
@@ -35,6 +35,14 @@ SEQS = tuple(2**i for i in range(10))  # 1..512
 TOKENS_PER_SEQ_RANGE = tuple(range(1, 9))
 PREFILL_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192)
 PREFILL_SEQS = (1, 2, 4, 8)
+# (label, tokens, sequences, context, prefill): points whose cost components the sidecar shows
+BREAKDOWN = (
+    ("decode B=1 R=1 C=2048", 1, 1, 2048, False),
+    ("decode B=32 R=32 C=2048", 32, 32, 2048, False),
+    ("verify B=128 R=32 C=2048", 128, 32, 2048, False),
+    ("verify B=2048 R=512 C=2048", 2048, 512, 2048, False),
+    ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
+)
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
 
 
@@ -97,8 +105,15 @@ def roofline_profile(
         (df["phase"] == "prefill").to_numpy(),
     )
     df["latency_ms"] = seconds * 1e3
-    label = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
-    df = df.assign(device=label, model=model, dtype=par.dtype)[
+    label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
+    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
+    parts["step_overhead"] = overhead.per_layer_s * arch.layers + overhead.per_seq_s * r
+    breakdown = {
+        str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
+        for i, name in enumerate(label)
+    }
+    device = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
+    df = df.assign(device=device, model=model, dtype=par.dtype)[
         [
             "batch_tokens",
             "num_seqs",
@@ -138,6 +153,7 @@ def roofline_profile(
         "weight_bytes_per_gpu": weights,
         "kv_bytes_per_token_per_gpu": kv,
         "overhead_scale": overhead_scale,
+        "breakdown_ms": breakdown,
         "calibration": gpu_fit.record(),
         "grid": {
             "verify": "num_seqs R in 1..512 (powers of 2) x 1..8 tokens each x context_len",

@@ -272,3 +272,11 @@ def test_unknown_gpu_model_and_bad_split(monkeypatch, capsys, tmp_path, gpu, mod
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not out.exists()
+
+
+def test_estimate_is_monotone_in_tokens_at_fixed_sequences_and_context():
+    # the all-reduce is a fitted line, not the jittery raw table: more tokens never cost less
+    df, _ = roofline_profile("h200", "deepseek-v3", contexts=[512, 8192], tp=8, ep=8, dtype="fp8")
+    verify = df[df["phase"] == "verify"].sort_values("batch_tokens")
+    for _, part in verify.groupby(["num_seqs", "context_len"]):
+        assert np.all(np.diff(part["latency_ms"].to_numpy()) > 0)

@@ -164,7 +164,11 @@ def test_key_follows_input_file_contents(tmp_path: Path) -> None:
     spec = replace(load_config(_config(tmp_path)).base, profile=str(profile))
     before = sweep.point_key(spec)
     assert sweep.point_key(replace(spec, seed=1)) != before
-    profile.write_text(Path(PROFILE).read_text().replace("4.66923", "4.66924"))
+    lines = Path(PROFILE).read_text().splitlines()
+    col = lines[0].split(",").index("latency_ms")
+    cells = lines[1].split(",")
+    cells[col] = f"{float(cells[col]) + 1e-3:.6g}"  # one latency changed by 1 microsecond
+    profile.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
     assert sweep.point_key(spec) != before
 
 

@@ -45,15 +45,15 @@ def profile(
     ctx: typer.Context,
     model: str = typer.Option(
         "smollm2-135m",
-        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, "
-        "llama3-8b) or a path to a Hugging Face config.json.",
+        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b; "
+        "--roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
+        "or a path to a Hugging Face config.json.",
     ),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option(
-        "auto", help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16."
-    ),
-    batch_tokens: str = typer.Option(
-        None, help="--roofline only: batch tokens B (default: 1..16 then log-spaced to 4096)."
+        "auto",
+        help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16; "
+        "with --roofline: bf16 (auto) or fp8 (8-bit weights).",
     ),
     seqs: str = typer.Option(SEQS, help="Sequence counts R to measure (verify rows)."),
     tokens_per_seq: str = typer.Option(
@@ -80,8 +80,17 @@ def profile(
     ),
     roofline: str = typer.Option(
         None,
-        help="Estimate with the analytic roofline for this GPU (h100, h200, a100) "
-        "instead of measuring.",
+        help="Estimate for this GPU (h100, h200, a100) instead of measuring: calibrated on "
+        "measured operator and end-to-end GPU data (profiles/README.md).",
+    ),
+    tp: int = typer.Option(1, help="With --roofline: tensor-parallel GPUs per replica."),
+    ep: int = typer.Option(
+        1, help="With --roofline: expert-parallel GPUs (MoE; 1 or equal to --tp)."
+    ),
+    overhead_scale: float = typer.Option(
+        1.0,
+        help="With --roofline: multiply the fitted per-step overhead (vLLM 2023, eager mode) "
+        "by this; 0 keeps only GPU work.",
     ),
     drafter: bool = typer.Option(
         False,
@@ -96,24 +105,18 @@ def profile(
     if out is None:
         raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
     command = shlex.join(["dsim", *sys.argv[1:]])
-    b = None if batch_tokens is None else parse_ints(batch_tokens, "--batch-tokens")
     if roofline is not None:
         from dsim.hardware.roofline import CONTEXTS, write_roofline
 
         c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
         if drafter:
             raise InputError(None, None, "--drafter is not supported with --roofline")
-        df = write_roofline(roofline, model, out, b, c, command=command)
-        typer.echo(f"wrote {out} ({len(df)} points, roofline ESTIMATE)")
+        options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale)
+        df = write_roofline(roofline, model, out, c, command=command, **options)
+        typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE)")
         return
     from dsim.hardware.measure import Grid
 
-    if b is not None:
-        raise InputError(
-            None,
-            None,
-            "--batch-tokens is for --roofline; measured grids are --seqs x --tokens-per-seq",
-        )
     grid = Grid(
         seqs=parse_ints(seqs, "--seqs"),
         tokens_per_seq=parse_ints(tokens_per_seq, "--tokens-per-seq"),

@@ -1,131 +1,194 @@
-"""Analytic roofline estimate of the target step latency (docs/design.md, The step-time model).
+"""Calibrated GPU estimate of the target step latency, written as a profile (docs/design.md,
+The step-time model).
 
-latency = max(FLOPs / F, bytes / W) + overhead, where one step of B tokens over R sequences
-with C tokens of context each does FLOPs = 2*P*B + 4*L*H*d*B*C (weight matmuls plus attention
-scores and values) and reads bytes = s*P + R*C*kv (weights once plus every sequence's KV cache),
-with P the matmul parameters, s the bytes per weight, L layers, H query heads of width d and kv
-the KV bytes per token. It is an estimate: real curves are jagged, so a measured profile wins.
+`dsim profile --roofline GPU --model M [--tp N] [--ep N] [--dtype bf16|fp8]` prices a grid of
+verify steps (B = R * t tokens over R sequences, t = 1..8, each with KV context C) and prefill
+steps (P tokens over S prompts, chunks ending at context C) with `gpu_model.step_time`, using
+operator efficiencies fitted on measured GPU data and a per-step overhead fitted on measured
+end-to-end steps (`gpu_fit`). It is an estimate: a measured profile wins.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.hardware import zoo
+from dsim.hardware import gpu_fit, zoo
+from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
+from dsim.hardware.gpu_model import StepOverhead, get_gpu, step_parts, step_time
 from dsim.hardware.latency import write_profile
 
 FORMULA = (
-    "latency = max((2*P*B + 4*L*H*d*B*C) / F, (s*P + R*C*kv) / W) + overhead; "
-    "R = ceil(B / tokens_per_seq)"
+    "step = sum over layers [linear ops: kernel + (t_c^p + t_m^p)^(1/p); elementwise ops: "
+    "elem_kernel + bytes/(elem_bw_frac*W); attention (modelled): same soft roofline over KV "
+    "bytes and score/value flops; 2 all-reduces of B*hidden*2 bytes (measured NCCL table)] + "
+    "LM head on the tokens needing logits + overhead_scale * (per_layer_s*layers + "
+    "per_seq_s*R); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W)"
 )
-TOKENS_PER_SEQ = 4  # each sequence verifies this many tokens, so R = ceil(B / 4)
-DTYPE_BYTES = 2  # bf16 weights and KV cache
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
+SEQS = tuple(2**i for i in range(10))  # 1..512
+TOKENS_PER_SEQ_RANGE = tuple(range(1, 9))
+PREFILL_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192)
+PREFILL_SEQS = (1, 2, 4, 8)
+# (label, tokens, sequences, context, prefill): points whose cost components the sidecar shows
+BREAKDOWN = (
+    ("decode B=1 R=1 C=2048", 1, 1, 2048, False),
+    ("decode B=32 R=32 C=2048", 32, 32, 2048, False),
+    ("verify B=128 R=32 C=2048", 128, 32, 2048, False),
+    ("verify B=2048 R=512 C=2048", 2048, 512, 2048, False),
+    ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
+)
+DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """Datasheet figures: dense bf16 peak, HBM bandwidth, memory, fixed per-step overhead."""
-
-    flops: float
-    bandwidth: float
-    memory_bytes: float
-    overhead_s: float
-
-
-GPUS: dict[str, Gpu] = {
-    "h100": Gpu(flops=989e12, bandwidth=3.35e12, memory_bytes=80e9, overhead_s=1.5e-3),
-    "h200": Gpu(flops=989e12, bandwidth=4.8e12, memory_bytes=141e9, overhead_s=1.5e-3),
-    "a100": Gpu(flops=312e12, bandwidth=2.039e12, memory_bytes=80e9, overhead_s=2.0e-3),
-}
-
-
-def default_batch_tokens() -> np.ndarray:
-    """1..16 one by one (where speculation lives), then log-spaced points and powers of 2."""
-    dense = np.arange(1, 17)
-    spaced = np.rint(np.geomspace(16, 4096, 25)).astype(np.int64)
-    powers = 2 ** np.arange(13)
-    return np.unique(np.concatenate([dense, spaced, powers]))
+def grid(contexts: tuple[int, ...] | list[int] = CONTEXTS) -> pd.DataFrame:
+    """Verify rows (R x t x C) and prefill rows (P x S x C, C >= P/S: fresh or continued)."""
+    r, t, c = (g.ravel() for g in np.meshgrid(SEQS, TOKENS_PER_SEQ_RANGE, contexts, indexing="ij"))
+    verify = pd.DataFrame({"batch_tokens": r * t, "num_seqs": r, "context_len": c})
+    rows = []
+    for p in PREFILL_TOKENS:
+        for s in PREFILL_SEQS:
+            chunk = p // s
+            for ctx in sorted({chunk, *(x for x in contexts if x > chunk)}):
+                rows.append((p, s, ctx))
+    prefill = pd.DataFrame(rows, columns=["batch_tokens", "num_seqs", "context_len"])
+    return pd.concat(
+        [verify.assign(phase="verify"), prefill.assign(phase="prefill")], ignore_index=True
+    )
 
 
-def get_gpu(name: str) -> Gpu:
+def parse_dtype(dtype: str) -> str:
     try:
-        return GPUS[name.lower()]
+        return DTYPES[dtype.lower()]
     except KeyError:
-        raise InputError(None, None, f"unknown GPU {name!r}; known: {', '.join(GPUS)}") from None
+        raise InputError(
+            None, None, f"--dtype with --roofline must be bf16 or fp8, got {dtype!r}"
+        ) from None
 
 
 def roofline_profile(
     gpu: str,
     model: str,
-    batch_tokens: np.ndarray | None = None,
     contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    tp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    overhead_scale: float = 1.0,
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
     spec = get_gpu(gpu)
-    config = zoo.load_config(model)
-    b = default_batch_tokens() if batch_tokens is None else np.asarray(batch_tokens, np.int64)
-    bb, cc = (g.ravel() for g in np.meshgrid(b, np.asarray(contexts, np.int64), indexing="xy"))
-    seqs = -(-bb // TOKENS_PER_SEQ)
-    params = zoo.matmul_params(config)
-    attn_width = config.num_hidden_layers * config.num_attention_heads * zoo.head_dim(config)
-    kv = zoo.kv_bytes_per_token(config, DTYPE_BYTES)
-    flops = 2.0 * params * bb + 4.0 * attn_width * bb * cc
-    kv_bytes = seqs * cc * float(kv)
-    read = DTYPE_BYTES * params + kv_bytes
-    latency = np.maximum(flops / spec.flops, read / spec.bandwidth) + spec.overhead_s
-    df = pd.DataFrame(
-        {
-            "batch_tokens": bb,
-            "context_len": cc,
-            "latency_ms": latency * 1e3,
-            "num_seqs": seqs,
-            "device": f"{gpu.lower()} (roofline)",
-            "model": model,
-            "dtype": "bfloat16",
-        }
-    ).sort_values(["context_len", "batch_tokens"], ignore_index=True)
-    over = int(np.sum(DTYPE_BYTES * zoo.param_count(config) + kv_bytes > spec.memory_bytes))
+    arch = zoo.load_arch(model)
+    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype))
+    check_parallel(arch, par)
+    if overhead_scale < 0:
+        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
+    cal = gpu_fit.calibration(spec)
+    overhead = StepOverhead(
+        cal.overhead.per_layer_s * overhead_scale, cal.overhead.per_seq_s * overhead_scale
+    )
+    df = grid(contexts)
+    seconds = step_time(
+        arch,
+        par,
+        spec,
+        cal.kernels,
+        cal.allreduce,
+        overhead,
+        df["batch_tokens"].to_numpy(np.float64),
+        df["num_seqs"].to_numpy(np.float64),
+        df["context_len"].to_numpy(np.float64),
+        (df["phase"] == "prefill").to_numpy(),
+    )
+    df["latency_ms"] = seconds * 1e3
+    label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
+    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
+    parts["step_overhead"] = overhead.per_layer_s * arch.layers + overhead.per_seq_s * r
+    breakdown = {
+        str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
+        for i, name in enumerate(label)
+    }
+    device = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
+    df = df.assign(device=device, model=model, dtype=par.dtype)[
+        [
+            "batch_tokens",
+            "num_seqs",
+            "context_len",
+            "latency_ms",
+            "phase",
+            "device",
+            "model",
+            "dtype",
+        ]
+    ]
+    weights = weight_bytes_per_gpu(arch, par)
+    kv = arch.layers * kv_bytes_per_token_layer(arch, tp)
+    over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))
+    total, active = arch.param_counts()
     meta = {
         "estimate": True,
-        "method": "analytic roofline (docs/design.md, The step-time model)",
+        "method": "calibrated GPU step-time model (docs/design.md, The step-time model)",
         "formula": FORMULA,
         "gpu": gpu.lower(),
         "gpu_figures": {
             "peak_bf16_flops": spec.flops,
+            "peak_fp8_flops": spec.flops_fp8,
             "hbm_bytes_per_s": spec.bandwidth,
             "memory_bytes": spec.memory_bytes,
-            "overhead_s": spec.overhead_s,
+            "calibrated_on": spec.calibration,
         },
+        "transfer": "h200 uses h100's fitted operator efficiencies and all-reduce table (same "
+        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB) differ"
+        if gpu.lower() == "h200"
+        else "",
         "model": model,
-        "model_config": zoo.describe(config),
-        "matmul_params": params,
-        "kv_bytes_per_token": kv,
-        "dtype": "bfloat16",
-        "tokens_per_seq": TOKENS_PER_SEQ,
+        "architecture": arch.describe(),
+        "params_total": total,
+        "params_active": active,
+        "parallel": {"tp": tp, "ep": ep, "dtype": par.dtype, "gpus": tp},
+        "weight_bytes_per_gpu": weights,
+        "kv_bytes_per_token_per_gpu": kv,
+        "overhead_scale": overhead_scale,
+        "breakdown_ms": breakdown,
+        "calibration": gpu_fit.record(),
+        "grid": {
+            "verify": "num_seqs R in 1..512 (powers of 2) x 1..8 tokens each x context_len",
+            "prefill": "batch_tokens P over num_seqs prompts, chunks of P/num_seqs ending at "
+            "context_len (P/num_seqs when fresh, or a longer context)",
+            "contexts": list(contexts),
+        },
+        "attention": "MODELLED: no measured GPU attention-kernel times are available; KV bytes "
+        "and score/value flops priced with the linear operators' fitted efficiencies",
         "points_over_memory": over,
         "note": "points whose weights + KV exceed GPU memory are kept (formula still defined) "
-        "and counted in points_over_memory",
+        "and counted in points_over_memory; a latency is per step on every GPU of the replica",
     }
     return df, meta
+
+
+def weight_bytes_per_gpu(arch: Arch, par: Parallel) -> float:
+    """Weights one GPU holds: experts split over EP (or TP-sharded), the rest TP-sharded."""
+    total, _ = arch.param_counts()
+    if not arch.moe:
+        return total * par.weight_bytes / par.tp
+    experts = arch.moe_layers * arch.experts * arch.mlp_params(arch.expert_intermediate)
+    split = par.ep if par.ep > 1 else par.tp
+    return (experts / split + (total - experts) / par.tp) * par.weight_bytes
 
 
 def write_roofline(
     gpu: str,
     model: str,
     out: str | Path,
-    batch_tokens: np.ndarray | None = None,
     contexts: tuple[int, ...] | list[int] = CONTEXTS,
     command: str = "",
+    **options,
 ) -> pd.DataFrame:
-    """Compute the roofline profile and write it (CSV + sidecar labelled as an estimate)."""
-    df, meta = roofline_profile(gpu, model, batch_tokens, contexts)
+    """Compute the estimate and write it (CSV + sidecar labelled as an estimate)."""
+    df, meta = roofline_profile(gpu, model, contexts, **options)
     meta["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["command"] = command
     write_profile(df, out, meta)

@@ -4,7 +4,9 @@ Used by the step-time model (docs/design.md, The step-time model).
 
 Profiles are measured on the same transformers model classes that real-model mode runs, built
 from these configs with random weights, so a profile predicts real-mode latency without a
-download. Any Hugging Face `config.json` can stand in for a zoo name.
+download. Any Hugging Face `config.json` can stand in for a zoo name. The GPU estimate
+(`--roofline`) reads the same fields, plus MoE and MLA ones, into an `arch.Arch` (`load_arch`),
+so it also covers models transformers' measurement path does not build here (MoE, MLA, BLOOM).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
 
 from dsim.errors import InputError
+from dsim.hardware.arch import Arch
 
 # The published architectures (hidden size, layers, heads, KV heads, head_dim, MLP, vocab).
 ZOO: dict[str, dict[str, Any]] = {
@@ -89,9 +92,71 @@ ZOO: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
     ),
+    # Estimate-only entries (MoE, MLA, and the two models of the end-to-end calibration data).
+    # Fields as in each model's published Hugging Face config.json:
+    # Qwen/Qwen3-30B-A3B (30.5B total, 3.3B active), deepseek-ai/DeepSeek-V3 (671B total,
+    # 37B active; the multi-token-prediction layer is not counted), meta-llama/Llama-2-70b-hf,
+    # bigscience/bloom (176B).
+    "qwen3-30b-a3b": dict(
+        model_type="qwen3_moe",
+        hidden_size=2048,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_experts=128,
+        num_experts_per_tok=8,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        vocab_size=151936,
+        tie_word_embeddings=False,
+    ),
+    "deepseek-v3": dict(
+        model_type="deepseek_v3",
+        hidden_size=7168,
+        num_hidden_layers=61,
+        num_attention_heads=128,
+        num_key_value_heads=128,
+        intermediate_size=18432,
+        moe_intermediate_size=2048,
+        n_routed_experts=256,
+        n_shared_experts=1,
+        num_experts_per_tok=8,
+        first_k_dense_replace=3,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        vocab_size=129280,
+        tie_word_embeddings=False,
+    ),
+    "llama2-70b": dict(
+        model_type="llama",
+        hidden_size=8192,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        intermediate_size=28672,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    ),
+    "bloom-176b": dict(
+        model_type="bloom",
+        hidden_size=14336,
+        n_layer=70,
+        n_head=112,
+        vocab_size=250880,
+        tie_word_embeddings=True,
+    ),
 }
 
 CONFIG_CLASSES: dict[str, type[PretrainedConfig]] = {"llama": LlamaConfig, "qwen3": Qwen3Config}
+NON_GATED = ("bloom", "gpt2", "gpt_neox", "opt", "falcon")  # plain two-matrix MLPs
 POSITIVE_FIELDS = (
     "hidden_size",
     "num_hidden_layers",
@@ -102,16 +167,20 @@ POSITIVE_FIELDS = (
 )
 
 
-def load_config(model: str) -> PretrainedConfig:
-    """A zoo name or a path to a Hugging Face config.json (or its folder), validated."""
+def load_fields(model: str) -> tuple[dict[str, Any], str]:
+    """The config fields of a zoo name or a Hugging Face config.json (or its folder)."""
     path = Path(model)
     if model in ZOO:
-        fields, source = dict(ZOO[model]), model
-    elif path.suffix == ".json" or path.is_dir():
-        fields, source = _read_config_json(path), str(path)
-    else:
-        known = ", ".join(ZOO)
-        raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
+        return dict(ZOO[model]), model
+    if path.suffix == ".json" or path.is_dir():
+        return _read_config_json(path), str(path)
+    known = ", ".join(ZOO)
+    raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
+
+
+def load_config(model: str) -> PretrainedConfig:
+    """A zoo name or a path to a Hugging Face config.json (or its folder), validated."""
+    fields, source = load_fields(model)
     validate_fields(fields, source)
     cls = CONFIG_CLASSES[fields["model_type"]]
     config = cls(**{k: v for k, v in fields.items() if k != "model_type"})
@@ -131,6 +200,67 @@ def _read_config_json(path: Path) -> dict[str, Any]:
         raise InputError(file, None, "config must be a JSON object")
     fields.setdefault("num_key_value_heads", fields.get("num_attention_heads"))
     return fields
+
+
+def _int_field(fields: dict[str, Any], source: str, *names: str, default: Any = None) -> int:
+    """The first of `names` present, as a positive integer (`default` when none is present)."""
+    value = next((fields[n] for n in names if fields.get(n) is not None), default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InputError(source, None, f"{names[0]} must be a positive integer, got {value!r}")
+    return value
+
+
+def load_arch(model: str) -> Arch:
+    """The estimator's view of a zoo name or config.json: dense, MoE (Qwen3-MoE, Mixtral,
+    DeepSeek) and MLA fields under their Hugging Face names."""
+    fields, source = load_fields(model)
+    f = fields
+    hidden = _int_field(f, source, "hidden_size", "n_embed")
+    heads = _int_field(f, source, "num_attention_heads", "n_head")
+    kv_heads = _int_field(f, source, "num_key_value_heads", "n_head", default=heads)
+    if heads % kv_heads:
+        raise InputError(source, None, f"num_key_value_heads {kv_heads} does not divide {heads}")
+    if f.get("head_dim") is None and hidden % heads:
+        raise InputError(source, None, f"num_attention_heads {heads} does not divide {hidden}")
+    layers = _int_field(f, source, "num_hidden_layers", "n_layer")
+    moe: dict[str, int] = {}
+    experts = f.get("num_experts") or f.get("n_routed_experts") or f.get("num_local_experts")
+    if experts:
+        width_name = "intermediate_size" if f.get("num_local_experts") else "moe_intermediate_size"
+        width = _int_field(f, source, width_name)
+        shared = f.get("n_shared_experts") or 0
+        if f.get("shared_expert_intermediate_size"):
+            shared = max(f["shared_expert_intermediate_size"] // width, 1)
+        moe = dict(
+            experts=_int_field(f, source, "num_experts", "n_routed_experts", "num_local_experts"),
+            top_k=_int_field(f, source, "num_experts_per_tok"),
+            expert_intermediate=width,
+            shared_experts=int(shared),
+            dense_layers=int(f.get("first_k_dense_replace") or 0),
+        )
+    mla: dict[str, int] = {}
+    if f.get("kv_lora_rank"):
+        mla = dict(
+            q_lora_rank=int(f.get("q_lora_rank") or 0),
+            kv_lora_rank=_int_field(f, source, "kv_lora_rank"),
+            qk_nope_dim=_int_field(f, source, "qk_nope_head_dim"),
+            qk_rope_dim=_int_field(f, source, "qk_rope_head_dim"),
+            v_head_dim=_int_field(f, source, "v_head_dim"),
+        )
+    return Arch(
+        name=source,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=_int_field(f, source, "head_dim", default=hidden // heads),
+        intermediate=_int_field(f, source, "intermediate_size", "n_inner", default=4 * hidden),
+        vocab=_int_field(f, source, "vocab_size"),
+        gated=f.get("model_type") not in NON_GATED,
+        tied=bool(f.get("tie_word_embeddings", False)),
+        **moe,
+        **mla,
+    )
 
 
 def validate_fields(fields: dict[str, Any], source: str) -> None:

@@ -1,0 +1,282 @@
+"""Calibrated GPU estimate: TP/MoE/MLA arithmetic (closed forms), the fit, the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsim.cli import main
+from dsim.hardware import gpu_fit, zoo
+from dsim.hardware.arch import (
+    Parallel,
+    expected_experts,
+    kv_bytes_per_token_layer,
+    layer_linears,
+)
+from dsim.hardware.gpu_model import GPUS, AllReduce, KernelFit, linear_time, soft_max, step_parts
+from dsim.hardware.roofline import roofline_profile, weight_bytes_per_gpu
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["dsim", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# --- architecture arithmetic -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [
+        ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # published: 30.5B total, 3.3B activated
+        ("deepseek-v3", 671e9, 37e9),  # published: 671B total, 37B activated
+        ("llama2-70b", 69.0e9, 69.0e9),
+        ("bloom-176b", 176.2e9, 176.2e9),
+        ("qwen3-8b", 8.19e9, 8.19e9),
+    ],
+)
+def test_total_and_active_parameters_match_published(name, total, active):
+    got_total, got_active = zoo.load_arch(name).param_counts()
+    assert got_total == pytest.approx(total, rel=0.015)
+    assert got_active == pytest.approx(active, rel=0.02)
+
+
+def test_expected_experts_closed_forms():
+    e, k = 128, 8
+    got = expected_experts(e, k, np.array([1, 2, 10_000]))
+    # one token touches exactly k; two distinct top-k sets share k*k/E experts on average
+    np.testing.assert_allclose(got[:2], [k, 2 * k - k * k / e])
+    assert got[2] == pytest.approx(e)
+    assert np.all(np.diff(expected_experts(e, k, np.arange(1, 300))) > 0)
+
+
+def test_expected_experts_matches_simulated_routing():
+    rng = np.random.default_rng(0)
+    e, k, b = 64, 4, 12
+    counts = [
+        len(np.unique(np.concatenate([rng.choice(e, k, replace=False) for _ in range(b)])))
+        for _ in range(4000)
+    ]
+    # standard error of the mean is ~0.04 here: 0.2 is five of them
+    assert np.mean(counts) == pytest.approx(expected_experts(e, k, b), abs=0.2)
+
+
+def test_tensor_parallel_shards_weights_and_replicates_kv_heads():
+    arch = zoo.load_arch("llama2-70b")  # 64 heads, 8 KV heads of 128
+    one = {n: p for n, p, _, _ in layer_linears(arch, Parallel(tp=1), True)}
+    for tp in (2, 4, 8):
+        sharded = {n: p for n, p, _, _ in layer_linears(arch, Parallel(tp=tp), True)}
+        for name in one:
+            assert sharded[name] * tp == one[name]
+    # past 8 GPUs each GPU keeps one whole KV head: KV bytes per GPU stop shrinking
+    assert kv_bytes_per_token_layer(arch, 8) == 2 * 1 * 128 * 2
+    assert kv_bytes_per_token_layer(arch, 16) == kv_bytes_per_token_layer(arch, 8)
+    qkv16 = dict((n, p) for n, p, _, _ in layer_linears(arch, Parallel(tp=16), True))["qkv"]
+    assert qkv16 == 8192 * (64 // 16 + 2 * 1) * 128
+
+
+def test_mla_latent_cache_is_per_token_and_replicated():
+    arch = zoo.load_arch("deepseek-v3")
+    assert arch.mla and arch.kv_elems_per_token_layer() == 512 + 64
+    assert kv_bytes_per_token_layer(arch, 1) == kv_bytes_per_token_layer(arch, 8) == 576 * 2
+
+
+def test_weights_per_gpu_under_tp_ep_and_fp8():
+    dense = zoo.load_arch("qwen3-8b")
+    total, _ = dense.param_counts()
+    assert weight_bytes_per_gpu(dense, Parallel(tp=2)) == total * 2 / 2
+    moe = zoo.load_arch("deepseek-v3")
+    total, _ = moe.param_counts()
+    # experts split over 8 (EP) and everything else over 8 (TP): one eighth, one byte each
+    assert weight_bytes_per_gpu(moe, Parallel(tp=8, ep=8, dtype="fp8")) == pytest.approx(total / 8)
+
+
+def test_two_all_reduces_per_layer_and_none_without_tp():
+    arch = zoo.load_arch("qwen3-8b")
+    fixed = AllReduce({4: (1e-3, np.inf)}, "test")  # every all-reduce costs exactly 1 ms
+    fit = KernelFit(0.5, 0.5, 2.0, 0.0, 0.0, 1.0)
+    args = (np.array([1.0, 64.0]), np.array([1.0, 8.0]), np.array([512.0, 512.0]), np.zeros(2))
+    four = step_parts(arch, Parallel(tp=4), GPUS["h100"], fit, fixed, *args)
+    np.testing.assert_allclose(four["allreduce"], 2 * arch.layers * 1e-3)
+    one = step_parts(arch, Parallel(tp=1), GPUS["h100"], fit, fixed, *args)
+    np.testing.assert_array_equal(one["allreduce"], 0.0)
+
+
+def test_soft_knee_closed_forms():
+    assert soft_max(np.array(3.0), np.array(4.0), 2.0) == pytest.approx(5.0)
+    assert soft_max(np.array(0.0), np.array(4.0), 1.3) == pytest.approx(4.0)
+    assert soft_max(np.array(3.0), np.array(4.0), 60.0) == pytest.approx(4.0, rel=1e-3)
+
+
+def test_hf_config_json_moe_and_mla_fields(tmp_path):
+    fields = dict(zoo.ZOO["deepseek-v3"])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    assert replace(zoo.load_arch(str(path)), name="x") == replace(
+        zoo.load_arch("deepseek-v3"), name="x"
+    )
+    mixtral = {
+        "model_type": "mixtral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+    }
+    path.write_text(json.dumps(mixtral))
+    arch = zoo.load_arch(str(path))
+    assert (arch.experts, arch.top_k, arch.expert_intermediate) == (8, 2, 14336)
+    total, active = arch.param_counts()
+    assert total == pytest.approx(46.7e9, rel=0.01) and active == pytest.approx(12.9e9, rel=0.01)
+
+
+# --- the fit -----------------------------------------------------------------------------------
+
+
+def test_fit_is_reproducible():
+    for gpu in ("a100", "h100"):
+        assert gpu_fit.fit_kernels.__wrapped__(gpu) == gpu_fit.fit_kernels(gpu)
+        assert gpu_fit.allreduce_table.__wrapped__(gpu).fits == gpu_fit.allreduce_table(gpu).fits
+    rows = gpu_fit.model_parts(gpu_fit.end_to_end_rows())
+    assert gpu_fit.fit_overhead(rows) == gpu_fit.step_overhead()
+    assert gpu_fit.evaluation.__wrapped__() == gpu_fit.evaluation()
+
+
+def test_operator_fit_tracks_its_rows():
+    for gpu in ("a100", "h100"):
+        fit, spec = gpu_fit.fit_kernels(gpu), GPUS[gpu]
+        assert 0.3 < fit.flop_frac <= 1.0 and 0.5 < fit.bw_frac <= 1.0
+        rows = gpu_fit.operator_rows(gpu)
+        lin = rows[(rows["kind"] == "linear") & (rows["seconds"] > 0)]
+        pred = linear_time(fit, spec, lin["flops"].to_numpy(), lin["bytes"].to_numpy(), spec.flops)
+        assert np.median(np.abs(pred / lin["seconds"].to_numpy() - 1)) < 0.15
+
+
+def test_held_out_end_to_end_error_meets_target():
+    ev = gpu_fit.evaluation()
+    assert set(ev["folds"]) == set(gpu_fit.FOLDS)
+    assert ev["held_out"]["all"]["n"] == 2 * len(gpu_fit.end_to_end_rows())  # each row twice
+    assert ev["held_out"]["all"]["median_abs_error"] < 0.20
+
+
+# --- the profile and the CLI -------------------------------------------------------------------
+
+
+def test_profile_grid_varies_sequences_independently_and_prices_prefill():
+    df, meta = roofline_profile("h200", "qwen3-8b", contexts=[512, 4096])
+    verify = df[df["phase"] == "verify"]
+    assert verify.groupby("batch_tokens")["num_seqs"].nunique().max() > 1
+    assert set(verify["num_seqs"]) == {2**i for i in range(10)}
+    assert (verify["batch_tokens"] // verify["num_seqs"]).between(1, 8).all()
+    key = ["batch_tokens", "num_seqs"]
+    lo = verify[verify["context_len"] == 512].set_index(key)["latency_ms"]
+    hi = verify[verify["context_len"] == 4096].set_index(key)["latency_ms"]
+    assert (hi > lo).all()  # more KV to read
+    # same B: more sequences cost more (their KV and per-sequence work)
+    b64 = verify[(verify["batch_tokens"] == 64) & (verify["context_len"] == 4096)]
+    assert np.all(np.diff(b64.sort_values("num_seqs")["latency_ms"].to_numpy()) > 0)
+    # a 512-token prompt costs less than verifying 512 tokens (logits only for its last token)
+    pre = df[(df["phase"] == "prefill") & (df["batch_tokens"] == 512) & (df["num_seqs"] == 1)]
+    ver = verify[(verify["batch_tokens"] == 512) & (verify["context_len"] == 512)]
+    assert pre["latency_ms"].min() < ver["latency_ms"].min()
+    assert meta["estimate"] is True and "MODELLED" in meta["attention"]
+    assert meta["calibration"]["evaluation"]["held_out"]["all"]["n"] > 0
+
+
+def test_h200_borrows_h100_fit_and_is_faster_when_memory_bound():
+    assert GPUS["h200"].calibration == "h100"
+    h100, _ = roofline_profile("h100", "qwen3-8b", contexts=[512])
+    h200, _ = roofline_profile("h200", "qwen3-8b", contexts=[512])
+    assert (h200["latency_ms"] < h100["latency_ms"]).all()
+
+
+def test_moe_verification_cost_grows_with_experts_touched():
+    df, _ = roofline_profile("h200", "qwen3-30b-a3b", contexts=[512], overhead_scale=0.0)
+    one_seq = df[(df["phase"] == "verify") & (df["num_seqs"] == 1)].sort_values("batch_tokens")
+    dense, _ = roofline_profile("h200", "qwen3-8b", contexts=[512], overhead_scale=0.0)
+    dense1 = dense[(dense["phase"] == "verify") & (dense["num_seqs"] == 1)]
+    growth = one_seq["latency_ms"].iloc[-1] / one_seq["latency_ms"].iloc[0]
+    assert growth > 1.3 > dense1["latency_ms"].max() / dense1["latency_ms"].min()
+
+
+def test_cli_writes_deterministic_estimate(monkeypatch, capsys, tmp_path):
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"ds{i}.csv"
+        args = ["profile", "--roofline", "h200", "--model", "deepseek-v3", "--tp", "8", "--ep", "8"]
+        code, _, err = run_cli(
+            monkeypatch, capsys, *args, "--dtype", "fp8", "--contexts", "1024", "--out", str(out)
+        )
+        assert code == 0, err
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    df = pd.read_csv(tmp_path / "ds0.csv")
+    assert list(df.columns[:5]) == [
+        "batch_tokens",
+        "num_seqs",
+        "context_len",
+        "latency_ms",
+        "phase",
+    ]
+    meta = json.loads((tmp_path / "ds0.json").read_text())
+    assert meta["parallel"] == {"tp": 8, "ep": 8, "dtype": "fp8", "gpus": 8}
+    assert "--tp 8" in meta["command"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tp", "0"], "--tp must be a positive integer"),
+        (["--tp", "3"], "--tp 3 does not divide qwen3-8b's 32 attention heads"),
+        (["--ep", "2"], "--ep 2 needs an MoE model"),
+        (["--dtype", "fp4"], "--dtype with --roofline must be bf16 or fp8"),
+        (["--batch-tokens", "8"], "No such option: --batch-tokens"),
+        (["--tp", "16"], "no measured all-reduce for 16 GPUs on h100"),
+    ],
+)
+def test_bad_estimate_options_exit_2_and_write_nothing(
+    monkeypatch, capsys, tmp_path, args, message
+):
+    out = tmp_path / "p.csv"
+    base = ["profile", "--roofline", "h200", "--model", "qwen3-8b", "--out", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *base, *args)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not out.exists() and not out.with_suffix(".json").exists()
+
+
+@pytest.mark.parametrize(
+    ("gpu", "model", "extra", "message"),
+    [
+        ("v100", "qwen3-8b", [], "unknown GPU 'v100'"),
+        ("h200", "gpt5", [], "unknown model 'gpt5'"),
+        ("h200", "qwen3-30b-a3b", ["--tp", "4", "--ep", "2"], "--ep 2 must equal --tp 4"),
+    ],
+)
+def test_unknown_gpu_model_and_bad_split(monkeypatch, capsys, tmp_path, gpu, model, extra, message):
+    out = tmp_path / "p.csv"
+    args = ["profile", "--roofline", gpu, "--model", model, *extra, "--out", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_estimate_is_monotone_in_tokens_at_fixed_sequences_and_context():
+    # the all-reduce is a fitted line, not the jittery raw table: more tokens never cost less
+    df, _ = roofline_profile("h200", "deepseek-v3", contexts=[512, 8192], tp=8, ep=8, dtype="fp8")
+    verify = df[df["phase"] == "verify"].sort_values("batch_tokens")
+    for _, part in verify.groupby(["num_seqs", "context_len"]):
+        assert np.all(np.diff(part["latency_ms"].to_numpy()) > 0)

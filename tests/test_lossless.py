@@ -117,7 +117,7 @@ def test_global_search_without_early_stop_is_biased() -> None:
     assert joint_pvalue(out, TARGET) < 1e-6
 
 
-# -- worked cases: docs/design.md ("policies & losslessness") and issue 11 ---------------------
+# -- worked cases: docs/design.md (The losslessness rule) and issue 11 -----------------------------
 N_TRIALS = 40000
 SPS_TABLE = np.array([np.nan, 1.0, 0.5, 0.45])  # SPS(B) for B = 1, 2, 3 tokens
 SPS_SLA = np.array([np.nan, 1.0, 0.95, 0.9])  # issue 11's SLA case, with --sla-tps 1.75

@@ -1,4 +1,5 @@
-"""Calibrating the GPU step-time model on measured public data (docs/design.md, step-time model).
+"""Calibrating the GPU step-time model on measured public data (docs/design.md, Calibrated
+GPU estimates).
 
 1. Operator efficiencies (`KernelFit`) per GPU, fitted on Vidur's per-operator CUDA times of
    Llama-2-7B, CodeLlama-34B and Qwen-72B at TP 1/2/4/8 (linear operators: least squares on

@@ -13,7 +13,9 @@ from dsim.errors import InputError
 from dsim.fileio import atomic_path
 from dsim.models.drafters import Drafter, DrafterConfig, config_dict
 
-FORMAT = "dsim-drafter/1"
+FORMAT = "dsim-drafter/2"
+# /1 files predate the llama block; their configs lack its fields, whose defaults mean /1.
+READABLE = ("dsim-drafter/1", FORMAT)
 
 
 def save_drafter(path: str | Path, drafter: Drafter, target_fingerprint: str, meta: dict) -> None:
@@ -41,7 +43,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise InputError(
             path, None, f"not a readable drafter checkpoint ({str(err).splitlines()[0]})"
         ) from err
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+    if not isinstance(blob, dict) or blob.get("format") not in READABLE:
         raise InputError(path, None, f"not a {FORMAT} drafter checkpoint")
     return blob
 

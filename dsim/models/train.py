@@ -105,7 +105,8 @@ def drafter_loss(
     p_target = batch["target_probs"]
     accept = torch.minimum(log_p.exp(), p_target).sum(-1)  # c*_k = 1 - TV
     mass = p_target.sum(-1)
-    kl = (torch.xlogy(p_target, p_target) - p_target * log_p).sum(-1) - torch.xlogy(mass, mass)
+    cross = torch.where(p_target > 0, p_target * log_p, 0.0)  # 0 log 0 = 0
+    kl = (torch.xlogy(p_target, p_target) - cross).sum(-1) - torch.xlogy(mass, mass)
     target_idx = drafter.to_draft[batch["tokens"]]
     known = target_idx < len(drafter.vocab)
     nll = -log_p.gather(-1, target_idx.clamp(max=len(drafter.vocab) - 1)[..., None]).squeeze(-1)

@@ -133,6 +133,11 @@ def test_data_build_resumes_to_the_same_bytes(target, tmp_path) -> None:
         assert (whole / name).read_bytes() == (resumed / name).read_bytes()
     with pytest.raises(InputError, match="another target, settings"):
         data.build_data(target, PROMPTS, replace(SPEC, seed=1), resumed)
+    sharded = tmp_path / "sharded"  # two processes, one folder
+    for k in (1, 0):
+        data.build_data(target, PROMPTS, SPEC, sharded, shard=(k, 2))
+    for name in names:
+        assert (whole / name).read_bytes() == (sharded / name).read_bytes()
 
 
 class _Fixed(torch.nn.Module):

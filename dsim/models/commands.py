@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         ),
         context: int = typer.Option(16, help="prompt positions kept before each answer"),
         limit: int | None = typer.Option(None, help="only this many prompts (smoke runs)"),
+        shard: str = typer.Option("0/1", help="K/N: build batches K, K+N, ... (N processes)"),
         threads: int = typer.Option(1, help="torch CPU threads"),
     ) -> None:
         """Let the target answer every public prompt except the held-out ones at temperature 1
@@ -71,6 +72,9 @@ def register(app: typer.Typer) -> None:
         )
         from dsim.models.target import load_target
 
+        part, _, parts = shard.partition("/")
+        if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
+            raise InputError(None, None, f"--shard: expected K/N with K < N, got {shard!r}")
         torch.set_num_threads(threads)
         model = load_target(target)
         n_layers = int(model.model.config.num_hidden_layers)
@@ -81,8 +85,10 @@ def register(app: typer.Typer) -> None:
         prompts = training_prompts(prompts_dir, read_prompt_file(heldout), limit)
         if limit is None:
             write_prompt_file(prompts_dir / "train.jsonl", prompts)
-        with progress_bar("generating answers", len(prompts) * samples) as bar:
-            stats = build_data(model, prompts, spec, out, progress=bar)
+        with progress_bar("generating answers", None) as bar:
+            stats = build_data(
+                model, prompts, spec, out, progress=bar, shard=(int(part), int(parts))
+            )
         typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()) + f" out={out}")
 
     @app.command("train")

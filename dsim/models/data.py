@@ -141,10 +141,13 @@ def build_data(
     folder: Path,
     progress: Callable[[int, int], None] | None = None,
     stop_after: int | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> dict[str, int]:
     """Sample `spec.samples` answers per prompt and write one cache file per batch under
     `folder` (skipping files already there). `progress(done, total)` counts answers;
-    `stop_after` batches written ends the call early (tests interrupt builds with it)."""
+    `stop_after` batches written ends the call early (tests interrupt builds with it).
+    With `shard=(k, n)` only batches k, k + n, ... are built, so n processes can share a build
+    (the files do not depend on who wrote them)."""
     jobs = [(p, s, target.encode_chat(p.prompt)) for p in prompts for s in range(spec.samples)]
     skipped = len({p.id for p, _, ids in jobs if len(ids) > spec.max_prompt_tokens})
     jobs = [job for job in jobs if len(job[2]) <= spec.max_prompt_tokens]
@@ -160,7 +163,9 @@ def build_data(
     }
     _claim(folder, meta)
     written = new_tokens = done = 0
-    for index, batch in enumerate(batches):
+    mine = [(i, b) for i, b in enumerate(batches) if i % shard[1] == shard[0]]
+    total = sum(len(b) for _, b in mine)
+    for index, batch in mine:
         path = _part(folder, index)
         if not path.exists():
             if stop_after is not None and written == stop_after:
@@ -171,7 +176,7 @@ def build_data(
             new_tokens += len(blob["token"]) - int(blob["answer_start"].sum())
         done += len(batch)
         if progress is not None:
-            progress(done, len(jobs))
+            progress(done, total)
     return {
         "prompts": len(prompts),
         "skipped_long": skipped,

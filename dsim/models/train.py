@@ -183,7 +183,7 @@ def train_drafter(
     step = 0
     if resume and state_path.exists():
         step = _load_state(state_path, drafter, optimizer, schedule, generator, config)
-    started, loss_value = time.perf_counter(), float("nan")
+    started, cpu, loss_value = time.perf_counter(), time.process_time(), float("nan")
     meta = {"target": target.name, "steps": settings.steps, "batch_size": settings.batch_size}
     meta |= {"lr": settings.lr, "warmup": settings.warmup, "seed": settings.seed}
     meta |= {"loss": vars(settings.loss), "vocab_coverage": data.coverage}
@@ -204,12 +204,13 @@ def train_drafter(
         if step % settings.save_every == 0 or step == settings.steps:
             _save_state(state_path, drafter, optimizer, schedule, generator, step)
             save_drafter(out, drafter, target.fingerprint, meta | {"trained_steps": step})
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     return {
         "steps": step,
         "final_loss": loss_value,
         "seconds": seconds,
         "seconds_per_step": seconds / max(1, step - first),
+        "cpu_seconds_per_step": cpu / max(1, step - first),  # = wall on an idle core
         "vocab_coverage": data.coverage,
         "parameters": sum(p.numel() for p in drafter.parameters()),
     }

@@ -123,7 +123,7 @@ class DataSpec:
     samples: int = 4  # temperature-1 answers per prompt
     max_new_tokens: int = 160
     max_prompt_tokens: int = 1024
-    batch_size: int = 32  # sequences sampled together (one cache file each)
+    batch_size: int = 32  # answers sampled together (one cache file each; whole prompts)
     seed: int = 0
     layers: tuple[int, ...] = (2, 15)  # target hidden_states kept besides the final one
     context: int = 16  # prompt positions kept before each answer
@@ -148,11 +148,12 @@ def build_data(
     `stop_after` batches written ends the call early (tests interrupt builds with it).
     With `shard=(k, n)` only batches k, k + n, ... are built, so n processes can share a build
     (the files do not depend on who wrote them)."""
-    jobs = [(p, s, target.encode_chat(p.prompt)) for p in prompts for s in range(spec.samples)]
-    skipped = len({p.id for p, _, ids in jobs if len(ids) > spec.max_prompt_tokens})
-    jobs = [job for job in jobs if len(job[2]) <= spec.max_prompt_tokens]
-    jobs.sort(key=lambda job: (len(job[2]), job[0].id, job[1]))  # little padding per batch
-    batches = [jobs[i : i + spec.batch_size] for i in range(0, len(jobs), spec.batch_size)]
+    jobs = [(p, target.encode_chat(p.prompt)) for p in prompts]
+    skipped = sum(len(ids) > spec.max_prompt_tokens for _, ids in jobs)
+    jobs = [job for job in jobs if len(job[1]) <= spec.max_prompt_tokens]
+    jobs.sort(key=lambda job: (len(job[1]), job[0].id))  # little padding per batch
+    per = max(1, spec.batch_size // spec.samples)  # the samples of a prompt share its prefill
+    batches = [jobs[i : i + per] for i in range(0, len(jobs), per)]
     meta = {
         "format": DATA_FORMAT,
         "target": target.fingerprint,
@@ -164,7 +165,7 @@ def build_data(
     _claim(folder, meta)
     written = new_tokens = done = 0
     mine = [(i, b) for i, b in enumerate(batches) if i % shard[1] == shard[0]]
-    total = sum(len(b) for _, b in mine)
+    total = sum(len(b) for _, b in mine) * spec.samples
     for index, batch in mine:
         path = _part(folder, index)
         if not path.exists():
@@ -174,7 +175,7 @@ def build_data(
             _save(path, blob)
             written += 1
             new_tokens += len(blob["token"]) - int(blob["answer_start"].sum())
-        done += len(batch)
+        done += len(batch) * spec.samples
         if progress is not None:
             progress(done, total)
     return {
@@ -201,16 +202,16 @@ def _claim(folder: Path, meta: dict) -> None:
 def _sample_batch(target, batch, spec: DataSpec, index: int) -> dict:
     generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + index)
     answers = generate(
-        target, [ids for _, _, ids in batch], spec.max_new_tokens, generator, spec.layers,
-        spec.context,
+        target, [ids for _, ids in batch], spec.max_new_tokens, generator, spec.layers,
+        spec.context, spec.samples,
     )  # fmt: skip
     lengths = [len(a["tail_tokens"]) + len(a["tokens"]) for a in answers]
     offsets = torch.zeros(len(answers) + 1, dtype=torch.long)
     offsets[1:] = torch.cumsum(torch.tensor(lengths), 0)
     return {
-        "ids": [p.id for p, _, _ in batch],
-        "domains": [p.domain for p, _, _ in batch],
-        "samples": [s for _, s, _ in batch],
+        "ids": [p.id for p, _ in batch for _ in range(spec.samples)],
+        "domains": [p.domain for p, _ in batch for _ in range(spec.samples)],
+        "samples": [s for _ in batch for s in range(spec.samples)],
         "offsets": offsets,
         "answer_start": torch.tensor([len(a["tail_tokens"]) for a in answers], dtype=torch.long),
         "hidden": torch.cat([t for a in answers for t in (a["tail_hidden"], a["hidden"])]).float(),

@@ -87,6 +87,14 @@ class BatchDecoder:
         self.valid = self.valid[rows]
         self.next_pos = self.next_pos[rows]
 
+    def repeat(self, n: int) -> None:
+        """Each sequence becomes n consecutive copies (several answers share one prefill)."""
+        self.cache.batch_repeat_interleave(n)
+        self.valid = self.valid.repeat_interleave(n, dim=0)
+        self.next_pos = self.next_pos.repeat_interleave(n, dim=0)
+        if self.features is not None:
+            self.features = self.features.repeat_interleave(n, dim=0)
+
     def merge(self, other: BatchDecoder) -> None:
         """Append `other`'s sequences to this batch (continuous batching: prefill newcomers in
         their own decoder, then merge). The shorter cache is padded with invalid slots."""
@@ -127,8 +135,10 @@ def generate(
     generator: torch.Generator,
     layers: tuple[int, ...] = (),
     tail: int = 0,
+    repeats: int = 1,
 ) -> list[dict[str, torch.Tensor]]:
-    """Plain sampling from the target at temperature 1, batched. Per prompt: `tokens`, the
+    """Plain sampling from the target at temperature 1, batched; `repeats` answers per prompt
+    share its prefill (prompt-major order). Per answer: `tokens`, the
     answer (ending at EOS, included, or after `max_new_tokens`); `hidden` (n, H), the final
     hidden state that predicted each answer token; `lse` (n,), the log-partition of its
     full-vocabulary logits; `layers` (n, L, H), the states of the other target `layers` at the
@@ -147,9 +157,13 @@ def generate(
     tails = []
     for b, ids in enumerate(prompts):
         lo = max(0, len(ids) - 1 - tail)
-        tails.append((decoder.features[b, lo : len(ids) - 1], torch.tensor(ids[lo + 1 :])))
-    ones = torch.ones(len(prompts), dtype=torch.long)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
+        tail_pair = (decoder.features[b, lo : len(ids) - 1], torch.tensor(ids[lo + 1 :]))
+        tails += [tail_pair] * repeats
+    decoder.repeat(repeats)
+    hidden = hidden.repeat_interleave(repeats, dim=0)
+    feats = feats.repeat_interleave(repeats, dim=0)
+    ones = torch.ones(len(tails), dtype=torch.long)
+    done = torch.zeros(len(tails), dtype=torch.bool)
     tokens, states, log_z = [], [], []
     for _ in range(max_new_tokens):
         logits = hidden @ target.lm_head_weight.T

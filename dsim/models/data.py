@@ -107,13 +107,15 @@ def _jsonl(path: Path) -> Iterator[dict]:
 
 
 def training_prompts(folder: Path, heldout: list[Prompt], limit: int | None = None) -> list[Prompt]:
-    """Every public prompt except the held-out ones; with `limit`, the first `limit` in the
-    order of a hash of their id (a fixed, domain-mixed subset for smoke runs)."""
+    """Every public prompt except the held-out ones; with `limit`, a fixed subset that takes
+    the domains in turn (each in the order of a hash of the ids), for smoke runs."""
     held = {p.id for p in heldout}
     prompts = [p for p in source_prompts(folder) if p.id not in held]
-    if limit is not None:
-        prompts = sorted(prompts, key=lambda p: _hash(p.id))[:limit]
-    return prompts
+    if limit is None:
+        return prompts
+    ranked = sorted(prompts, key=lambda p: _hash(p.id))
+    turn = {p.id: sum(q.domain == p.domain for q in ranked[:i]) for i, p in enumerate(ranked)}
+    return sorted(ranked, key=lambda p: (turn[p.id], p.domain))[:limit]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ w_k = exp(-(k-1)/gamma).
 KL_k is the soft-label forward KL from the target's distribution to the drafter's at draft
 position k, on the draft vocabulary V: with p_t the target's probabilities on V (mass m <= 1),
 KL_k = sum_V p_t log(p_t / p_d) - m log m = m KL(p_t / m || p_d), zero exactly when the drafter
-equals the target's distribution renormalised on V. Its gradient is p_d - p_t / m per logit,
+equals the target's distribution renormalised on V. Its gradient is m (p_d - p_t / m) per logit,
 whatever p_d is, unlike TV's, which scales with the drafter's own probabilities. p_t is
 recomputed for each batch from the cached final hidden states through the target's own LM head
 rows of V and the cached exact log-normaliser: exp(h . W_v - lse). TV_k = 1 - c*_k with

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
             PROMPTS_DIR / "heldout.jsonl", help="prompts never trained on"
         ),
         prompts_dir: Path = typer.Option(PROMPTS_DIR, help="the public prompt files"),
-        samples: int = typer.Option(4, help="temperature-1 answers per prompt"),
+        samples: int = typer.Option(5, help="temperature-1 answers per prompt"),
         max_new_tokens: int = typer.Option(160, help="answer length cap"),
         max_prompt_tokens: int = typer.Option(1024, help="longer prompts are skipped"),
         batch_size: int = typer.Option(32, help="answers sampled together (one cache file)"),

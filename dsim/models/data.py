@@ -122,7 +122,7 @@ def training_prompts(folder: Path, heldout: list[Prompt], limit: int | None = No
 class DataSpec:
     """What a training-data cache holds; kept in its meta.json and checked on resume."""
 
-    samples: int = 4  # temperature-1 answers per prompt
+    samples: int = 5  # temperature-1 answers per prompt (~550 prompts x 5 x ~115 = 300k tokens)
     max_new_tokens: int = 160
     max_prompt_tokens: int = 1024
     batch_size: int = 32  # answers sampled together (one cache file each; whole prompts)

@@ -258,11 +258,6 @@ class Drafter(nn.Module):
     def feature_size(self) -> int:
         return self.config.feature_size
 
-    def features(self, hidden_states) -> torch.Tensor:
-        """The drafter's input from a target forward's `hidden_states` tuple (..., F)."""
-        chosen = self.config.feature_layers or [len(hidden_states) - 1]
-        return torch.cat([hidden_states[i] for i in chosen], dim=-1)
-
     def forward(
         self,
         hidden: torch.Tensor,

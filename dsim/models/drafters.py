@@ -12,7 +12,7 @@ which rejection sampling handles exactly.
 - `markov`: parallel logits + a rank-r transition bias W2(W1[x_{k-1}]), sampled left to right.
 - `rnn`: parallel logits + a gated recurrent bias over the block.
 - `mtp1`: the `ar` layer with gamma = 1 (one head, one token).
-Confidence head (all kinds): c_k = sigmoid(w^T [h_k; W1[x_{k-1}]]).
+Confidence head (all kinds): c_k = sigmoid(w^T [h_k; W1[x_{k-1}]]) (llama block: h_k normed).
 
 Two block types (`DrafterConfig.block`). `encoder` (the dsim-drafter/1 checkpoints): a small
 torch encoder layer reading only the target's final hidden state. `llama` (EAGLE-3-style): the
@@ -286,8 +286,9 @@ class Drafter(nn.Module):
         if parallel:
             slots = self.mask_slot.expand(batch, g, -1)
             block_in = torch.cat([start[:, None], slots], dim=1)
-            states = self._blocks(block_in, False, memory, mem_valid)[:, 1:]
-            base_logits = self._logits(states)
+            states, base_logits = self._readout(
+                self._blocks(block_in, False, memory, mem_valid)[:, 1:]
+            )
         sequence = [start]
         prev = self.to_draft[anchor]
         rnn_state = hidden.new_zeros(batch, self.config.state)
@@ -297,7 +298,7 @@ class Drafter(nn.Module):
                 h_k, step_logits = states[:, k], base_logits[:, k]
             else:  # ar: rerun the one layer over the block so far; its last output drafts k
                 h_k = self._blocks(torch.stack(sequence, dim=1), True, memory, mem_valid)[:, -1]
-                step_logits = self._logits(h_k)
+                h_k, step_logits = self._readout(h_k)
             code = self.token_code(prev)
             if self.config.kind == "markov":
                 step_logits = step_logits + self.transition(code)
@@ -316,7 +317,8 @@ class Drafter(nn.Module):
             prev = self.to_draft[token]
             if not parallel and k + 1 < g:
                 # Its own guess of the target's next state, in the place of every input layer.
-                feature = self.out(h_k).repeat(1, max(1, len(self.config.feature_layers)))
+                guess = h_k if self.config.block == "llama" else self.out(h_k)
+                feature = guess.repeat(1, max(1, len(self.config.feature_layers)))
                 sequence.append(self._fuse(feature, token))
         return torch.stack(logits, 1), torch.stack(confs, 1), torch.stack(chosen, 1)
 
@@ -370,6 +372,15 @@ class Drafter(nn.Module):
         for block in self.blocks:
             x = block(x, memory, allowed)
         return x
+
+    def _readout(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state the confidence and rnn heads read, and the draft logits. A llama block
+        works in the target's residual stream, whose scale is large: its heads read the
+        normed output (the LM head's input) instead of the raw state."""
+        if self.config.block == "llama":
+            states = self.out(states)
+            return states, states @ self.head.T
+        return states, self._logits(states)
 
     def _logits(self, states: torch.Tensor) -> torch.Tensor:
         return self.out(states) @ self.head.T

@@ -15,21 +15,25 @@ from dsim import cli
 from dsim.acceptance.trace import read_acceptance_trace
 from dsim.errors import InputError
 from dsim.models import data
-from dsim.models.checkpoint import load_drafter
-from dsim.models.collect import collect
+from dsim.models.checkpoint import load_drafter, read_checkpoint, save_drafter
+from dsim.models.collect import _push_history, collect
 from dsim.models.decode import BatchDecoder
-from dsim.models.drafters import KINDS, Drafter, DrafterConfig
+from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History
 from dsim.models.target import tiny_target
 from dsim.models.train import (
+    LossWeights,
     TrainingData,
     TrainSettings,
     draft_vocabulary,
+    drafter_config,
     drafter_loss,
     train_drafter,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SETTINGS = TrainSettings(steps=30, batch_size=16, lr=3e-3, vocab_size=300, width=32)
+SETTINGS = TrainSettings(steps=30, batch_size=16, lr=3e-3, warmup=3, vocab_size=300, context=4)
+SPEC = data.DataSpec(samples=2, max_new_tokens=24, batch_size=4, layers=(1,), context=4)
+PROMPTS = [data.Prompt(f"p{i}", "chat", f"prompt number {i} " * (i + 1)) for i in range(6)]
 
 
 def _run_cli(monkeypatch, *args: str) -> None:
@@ -44,10 +48,10 @@ def target():
 
 
 @pytest.fixture(scope="module")
-def cache(target) -> data.HiddenCache:
-    prompts = [data.Prompt(f"p{i}", "chat", f"prompt number {i} " * (i + 1)) for i in range(8)]
-    responses = data.generate_responses(target, prompts, 24, 256, 8, seed=0)
-    return data.hidden_cache(target, responses)
+def cache(target, tmp_path_factory) -> data.TrainCache:
+    folder = tmp_path_factory.mktemp("data")
+    data.build_data(target, PROMPTS, SPEC, folder)
+    return data.TrainCache.load(folder)
 
 
 def test_batched_decoder_matches_unbatched_forward(target) -> None:
@@ -88,9 +92,148 @@ def test_merged_decoders_continue_like_unbatched_runs(target) -> None:
 
 
 def test_cache_hidden_states_give_the_target_distribution(target, cache) -> None:
-    logits = cache.hidden[:5] @ target.lm_head_weight.T
-    torch.testing.assert_close(torch.logsumexp(logits, -1), cache.lse[:5])
-    assert len(cache.anchors(7)) == int((cache.offsets.diff() - 7).clamp(min=0).sum())
+    rows = cache.anchors(0)[:9]
+    logits = cache.hidden[rows] @ target.lm_head_weight.T
+    torch.testing.assert_close(torch.logsumexp(logits, -1), cache.lse[rows])
+    answers = cache.offsets.diff() - cache.answer_start
+    assert len(cache.anchors(7)) == int((answers - 7).clamp(min=0).sum())
+    assert cache.answer_tokens == int(answers.sum()) == len(cache.anchors(0))
+
+
+def test_cached_layers_equal_a_teacher_forced_pass(target, cache) -> None:
+    """The states captured while sampling are those of one plain forward over prompt + answer,
+    at every kept layer, for the answer rows and the prompt rows kept as context."""
+    s = 3
+    lo, hi, start = int(cache.offsets[s]), int(cache.offsets[s + 1]), int(cache.answer_start[s])
+    prompt = target.encode_chat(next(p.prompt for p in PROMPTS if p.id == cache.ids[s]))
+    answer = cache.token[lo + start : hi].tolist()
+    with torch.no_grad():
+        states = target.model.model(
+            input_ids=torch.tensor([prompt + answer[:-1]]), output_hidden_states=True
+        ).hidden_states
+    positions = torch.arange(len(prompt) - 1 - start, len(prompt) - 1 + len(answer))
+    features = cache.features(torch.arange(lo, hi), [1, 2])
+    assert features.shape == (hi - lo, 2 * target.hidden_size)
+    expected = torch.cat([states[1][0, positions], states[2][0, positions]], dim=-1)
+    torch.testing.assert_close(features, expected, atol=2e-3, rtol=2e-3)  # layer 1 is fp16
+    assert cache.token[lo : lo + start].tolist() == prompt[len(prompt) - start :]
+
+
+def test_data_build_resumes_to_the_same_bytes(target, tmp_path) -> None:
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    data.build_data(target, PROMPTS, SPEC, whole)
+    stats = data.build_data(target, PROMPTS, SPEC, resumed, stop_after=1)  # "crash" after 1
+    assert stats["batches_written"] == 1
+    with pytest.raises(InputError, match="batches missing"):
+        data.TrainCache.load(resumed)
+    stats = data.build_data(target, PROMPTS, SPEC, resumed)
+    assert stats["batches_written"] == stats["batches"] - 1 == 2
+    names = sorted(p.name for p in whole.iterdir())
+    assert names == sorted(p.name for p in resumed.iterdir())
+    for name in names:
+        assert (whole / name).read_bytes() == (resumed / name).read_bytes()
+    with pytest.raises(InputError, match="another target, settings"):
+        data.build_data(target, PROMPTS, replace(SPEC, seed=1), resumed)
+    sharded = tmp_path / "sharded"  # two processes, one folder
+    for k in (1, 0):
+        data.build_data(target, PROMPTS, SPEC, sharded, shard=(k, 2))
+    for name in names:
+        assert (whole / name).read_bytes() == (sharded / name).read_bytes()
+
+
+class _Fixed(torch.nn.Module):
+    """A stand-in drafter whose draft distribution is given."""
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        super().__init__()
+        self.probs, self.vocab = probs, torch.arange(probs.shape[-1])
+        self.to_draft = torch.arange(probs.shape[-1])
+
+    def forward(self, hidden, anchor, tokens, history=None):
+        return self.probs.log(), torch.zeros(self.probs.shape[:2]), tokens
+
+
+def test_kl_is_zero_at_the_renormalised_target_and_matches_the_closed_form() -> None:
+    p_t = torch.tensor([[[0.5, 0.3, 0.0], [0.2, 0.2, 0.4]]])  # mass 0.8 and 0.8 on V
+    batch = {"hidden": None, "anchor": None, "tokens": torch.zeros(1, 2, dtype=torch.long)}
+    batch |= {"target_probs": p_t, "history": None}
+    only_kl = LossWeights(kl=1.0, tv=0.0, ce=0.0)
+    _, parts = drafter_loss(_Fixed(p_t / p_t.sum(-1, keepdim=True)), batch, only_kl)
+    assert abs(parts["kl"]) < 1e-7
+    uniform = torch.full((1, 2, 3), 1 / 3)
+    _, parts = drafter_loss(_Fixed(uniform), batch, only_kl)
+    q = p_t / 0.8
+    expected = 0.8 * torch.xlogy(q, q / (1 / 3)).sum(-1).mean()
+    assert parts["kl"] == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_drafter_block_starts_as_the_targets_last_layer(target) -> None:
+    config = DrafterConfig.for_target("ar", 3, target.model.config, [1, 2], context=2)
+    drafter = Drafter(config, torch.arange(300)).init_from_target(target.model)
+    x = torch.randn(2, 6, target.hidden_size, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(6)[None].expand(2, -1)
+    layer = target.model.model.layers[-1]
+    with torch.no_grad():
+        rope = target.model.model.rotary_emb(x, positions)
+        expected = layer(x, position_embeddings=rope, attention_mask=None, position_ids=positions)
+        expected = expected[0] if isinstance(expected, tuple) else expected
+        # the last 4 positions as queries, the first 2 as the memory of recent states
+        allowed = torch.ones(6, 6, dtype=torch.bool).tril()[2:].expand(2, 4, 6)
+        got = drafter.blocks[0](x[:, 2:], x[:, :2], allowed)
+    torch.testing.assert_close(got, expected[:, 2:], atol=1e-5, rtol=1e-5)
+
+
+def test_history_window_slides_by_the_accepted_prefix() -> None:
+    """Window of 3: the old anchor and the accepted drafts enter, each with the features of
+    the position before it; rejected drafts never do."""
+    hist = History(
+        torch.tensor([[[1.0], [2.0], [3.0]], [[0.0], [0.0], [7.0]]]),
+        torch.tensor([[11, 12, 13], [0, 0, 17]]),
+        torch.tensor([[True, True, True], [False, False, True]]),
+    )
+    hidden, anchor = torch.tensor([[4.0], [8.0]]), torch.tensor([14, 18])
+
+    class Result:  # what _push_history reads of a Round
+        verdict = type("V", (), {"accepted": torch.tensor([2, 0])})
+        draft = type("D", (), {"tokens": torch.tensor([[15, 16, 99], [19, 98, 97]])})
+        block_features = torch.tensor([[[5.0], [6.0], [-1.0], [-2.0]], [[9.0]] * 4])
+
+    out = _push_history(hist, hidden, anchor, Result)
+    assert out.features[..., 0].tolist() == [[4.0, 5.0, 6.0], [0.0, 7.0, 8.0]]
+    assert out.tokens.tolist() == [[14, 15, 16], [0, 17, 18]]
+    assert out.valid.tolist() == [[True, True, True], [False, True, True]]
+
+
+def test_checkpoint_round_trip_and_old_format(target, cache, tmp_path) -> None:
+    config = drafter_config("markov", 3, target, cache, SETTINGS)
+    vocab = draft_vocabulary(cache, 300, target.vocab_size)
+    drafter = Drafter(config, vocab).init_from_target(target.model)
+    drafter.attach(target.embedding.weight, target.lm_head_weight)
+    save_drafter(tmp_path / "d.pt", drafter, target.fingerprint, {})
+    loaded = load_drafter(tmp_path / "d.pt", target)
+    assert loaded.config == config
+    for name, value in drafter.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value.half().float()), name
+    # A dsim-drafter/1 file: no llama fields in its config; it loads as the encoder block.
+    old = Drafter(DrafterConfig.default("parallel", 3, target.hidden_size, width=32), vocab)
+    save_drafter(tmp_path / "old.pt", old, target.fingerprint, {})
+    blob = torch.load(tmp_path / "old.pt", weights_only=True)
+    blob["format"] = "dsim-drafter/1"
+    old_fields = ("kind", "gamma", "target_hidden", "width", "layers", "heads", "rank", "state")
+    blob["config"] = {k: blob["config"][k] for k in old_fields}
+    torch.save(blob, tmp_path / "old.pt")
+    assert load_drafter(tmp_path / "old.pt", target).config.block == "encoder"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_shipped_old_checkpoints_still_build(kind) -> None:
+    """drafters/*.pt (dsim-drafter/1) keep loading into the encoder block."""
+    blob = read_checkpoint(REPO / "drafters" / f"{kind}.pt")
+    config = DrafterConfig(**blob["config"])
+    drafter = Drafter(config, blob["weights"]["vocab"])
+    drafter.load_state_dict({k: v.float() if v.is_floating_point() else v
+                             for k, v in blob["weights"].items()})  # fmt: skip
+    assert config.block == "encoder" and drafter.feature_size == config.target_hidden
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -99,9 +242,9 @@ def test_a_few_training_steps_lower_the_loss(target, cache, kind, tmp_path) -> N
     out, state = tmp_path / "d.pt", tmp_path / "d.state.pt"
     train_drafter(kind, 4, cache, target, SETTINGS, out, state, resume=False)
     trained = load_drafter(out, target)
-    gamma = trained.gamma
-    batch = TrainingData(cache, target.lm_head_weight, vocab, gamma).batch(torch.arange(16))
-    fresh = type(trained)(trained.config, vocab)
+    data_ = TrainingData(cache, target.lm_head_weight, vocab, trained.config)
+    batch = data_.batch(data_.anchors[:16])
+    fresh = type(trained)(trained.config, vocab).init_from_target(target.model)
     fresh.attach(target.embedding.weight, target.lm_head_weight)
     with torch.no_grad():
         before, _ = drafter_loss(fresh, batch)
@@ -139,17 +282,20 @@ def workdir(tmp_path_factory) -> Path:
 def test_cli_prepare_train_collect_writes_a_valid_trace(workdir, monkeypatch) -> None:
     torch.set_num_threads(1)
     cache, ckpt, trace = workdir / "cache.pt", workdir / "tiny.pt", workdir / "t.parquet"
-    _run_cli(monkeypatch, "prepare-data", "--target", "tiny", "--cache", str(cache),
-             "--prompts-dir", str(workdir / "prompts"), "--per-domain", "chat=6,code=6",
-             "--heldout", "chat=1,code=1", "--max-new-tokens", "20")  # fmt: skip
+    _run_cli(monkeypatch, "prepare-data", "--target", "tiny", "--out", str(cache),
+             "--prompts-dir", str(workdir / "prompts"), "--limit", "4", "--samples", "2",
+             "--heldout", str(workdir / "prompts" / "heldout.jsonl"), "--context", "4",
+             "--max-new-tokens", "20", "--batch-size", "4")  # fmt: skip
+    assert (cache / "part-00001.pt").is_file() and not (cache / "part-00002.pt").exists()
     _run_cli(monkeypatch, "train", "--target", "tiny", "--drafter", "markov", "--gamma", "3",
-             "--steps", "5", "--vocab-size", "300", "--width", "32", "--cache", str(cache),
+             "--steps", "5", "--vocab-size", "300", "--context", "4", "--data", str(cache),
              "--out", str(ckpt), "--state", str(workdir / "s.pt"))  # fmt: skip
     _run_cli(monkeypatch, "collect", "--target", "tiny", "--drafter", str(ckpt),
              "--prompts", str(workdir / "prompts" / "heldout.jsonl"), "--out", str(trace),
-             "--max-new-tokens", "12")  # fmt: skip
+             "--max-new-tokens", "12", "--limit", "6")  # fmt: skip
     df, meta = read_acceptance_trace(trace)
-    assert sorted(df["domain"].unique()) == ["chat", "code"]
+    heldout = data.read_prompt_file(workdir / "prompts" / "heldout.jsonl")[:6]
+    assert set(df["domain"]) == {p.domain for p in heldout} and df["seq_id"].nunique() == 6
     assert df["gamma"].eq(3).all() and meta["temperature"] == 1.0
     assert {"conf_3", "tv_3"} <= set(df.columns)
     # every sequence emits at most max_new_tokens: one from prefill, 1 + accepted per round
@@ -177,10 +323,12 @@ def test_drafter_for_another_target_is_refused(target, cache, tmp_path) -> None:
         load_drafter(out, tiny_target(seed=1))
 
 
-def test_greedy_speculative_decoding_reproduces_greedy_target(target, cache) -> None:
+@pytest.mark.parametrize("block", ["llama", "encoder"])
+def test_greedy_speculative_decoding_reproduces_greedy_target(target, cache, block) -> None:
     """With greedy verification the output must be the target's own greedy continuation,
-    whatever the (here barely trained) drafter proposes."""
-    drafter = Drafter(DrafterConfig.default("markov", 3, target.hidden_size, width=32),
+    whatever the (here untrained) drafter proposes."""
+    settings = replace(SETTINGS, block=block, width=32)
+    drafter = Drafter(drafter_config("markov", 3, target, cache, settings),
                       draft_vocabulary(cache, 300, target.vocab_size))  # fmt: skip
     drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
     prompts = [data.Prompt("a", "chat", "abc"), data.Prompt("b", "code", "hello there")]
@@ -210,7 +358,7 @@ def checkpoint_blob(target, cache, tmp_path_factory) -> dict:
         (lambda b: b["weights"].pop("vocab"), "'vocab' among them"),
         (lambda b: b["config"].update(width=10**9), "config width must be an integer >= 1"),
         (lambda b: b["config"].update(layers=10**9), "config layers must be"),
-        (lambda b: b["config"].update(width=64), "checkpoint weight .* config needs"),
+        (lambda b: b["config"].update(layers=b["config"]["layers"] + 1), "weight .* config needs"),
         (lambda b: b["config"].update(bogus=1), "missing or unknown fields"),
     ],
     ids=["no-config", "no-vocab", "huge-width", "huge-depth", "shape-mismatch", "unknown-field"],

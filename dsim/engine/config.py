@@ -49,11 +49,11 @@ def drafter_kind(policy: str, kind: str = "auto") -> str:
 
 @dataclass(frozen=True)
 class DraftCost:
-    """Drafter time per round, priced by its passes (docs/design.md, Drafter and scheduler cost): a parallel
-    block drafter makes one pass over R x gamma tokens, an autoregressive drafter gamma passes
-    over R tokens, an MTP-1 head one pass over R tokens. A pass costs `ratio` times the
-    target's verify step for the same tokens and sequences, or what a drafter profile says
-    for them (`LatencyModel.latency`)."""
+    """Drafter time per round, priced by its passes (docs/design.md, Drafter and scheduler
+    cost): a parallel block drafter makes one pass over R x gamma tokens, an autoregressive
+    drafter gamma passes over R tokens, an MTP-1 head one pass over R tokens. A pass costs
+    `ratio` times the target's verify step for the same tokens and sequences, or what a
+    drafter profile says for them (`LatencyModel.latency`)."""
 
     ratio: float = 0.0
     profile: LatencyModel | None = None

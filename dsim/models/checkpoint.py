@@ -4,7 +4,6 @@ becomes an InputError naming the file."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,9 @@ from dsim.fileio import atomic_path
 from dsim.inputs import input_file
 from dsim.models.drafters import Drafter, DrafterConfig, config_dict
 
-FORMAT = "dsim-drafter/1"
+FORMAT = "dsim-drafter/2"
+# /1 files predate the llama block; their configs lack its fields, whose defaults mean /1.
+READABLE = ("dsim-drafter/1", FORMAT)
 MAX_SIZES = {"layers": 64, "heads": 256, "gamma": 64}  # other sizes: at most 65536
 
 
@@ -43,7 +44,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise InputError(
             path, None, f"not a readable drafter checkpoint ({str(err).splitlines()[0]})"
         ) from err
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+    if not isinstance(blob, dict) or blob.get("format") not in READABLE:
         raise InputError(path, None, f"not a {FORMAT} drafter checkpoint")
     kinds = {"config": dict, "target": str, "weights": dict}
     for key, kind in kinds.items():
@@ -61,13 +62,25 @@ def _config(path: Path, blob: dict[str, Any]) -> DrafterConfig:
         config = DrafterConfig(**blob["config"])
     except TypeError:
         raise InputError(path, None, "checkpoint config has missing or unknown fields") from None
-    for field in fields(DrafterConfig):
-        if field.name != "kind":
-            value = getattr(config, field.name)
-            limit = MAX_SIZES.get(field.name, 1 << 16)
-            check_number(
-                value, f"checkpoint config {field.name}", ge=1, le=limit, integer=True, where=path
-            )
+    sizes = ("gamma", "target_hidden", "width", "layers", "heads", "rank", "state")
+    for name in (*sizes, "context", "kv_heads", "ffn"):
+        limit = MAX_SIZES.get(name, 1 << 16)
+        check_number(
+            getattr(config, name),
+            f"checkpoint config {name}",
+            ge=1 if name in sizes else 0,
+            le=limit,
+            integer=True,
+            where=path,
+        )
+    for layer in config.feature_layers:
+        check_number(
+            layer, "checkpoint config feature_layers", ge=0, le=256, integer=True, where=path
+        )
+    for name in ("rope_theta", "norm_eps"):
+        check_number(getattr(config, name), f"checkpoint config {name}", gt=0, where=path)
+    if config.block not in ("encoder", "llama"):
+        raise InputError(path, None, f"checkpoint config block {config.block!r} is unknown")
     return config
 
 

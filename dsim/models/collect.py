@@ -3,6 +3,8 @@
 `spec_round` is one batched round (draft, verify in one target pass, rejection-sample, trim the
 caches); `collect` drives it over prompts with full-block verification and keeps, per round,
 the drafter's raw confidences, the accepted prefix and the soft labels sum_v min(p_d, p_t).
+The target pass also yields the drafter's input features (its chosen target layers) and, for
+drafters that attend to recent positions, the history of the last `context` positions.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from dsim.models.data import Prompt
 from dsim.models.decode import BatchDecoder
-from dsim.models.drafters import Draft, Drafter
+from dsim.models.drafters import Draft, Drafter, History
 from dsim.models.sampling import Verdict, overlap, sample, verify
 
 
@@ -27,7 +29,8 @@ class Round:
     draft: Draft
     verdict: Verdict
     soft_labels: torch.Tensor  # (B, gamma) sum_v min(p_d, p_t) at each draft position
-    hidden: torch.Tensor  # (B, H) target state at the new anchor (predicted next_token)
+    hidden: torch.Tensor  # (B, F) drafter features at the new anchor (predicted next_token)
+    block_features: torch.Tensor  # (B, gamma + 1, F) features at [anchor, drafts]
 
 
 def spec_round(
@@ -38,12 +41,15 @@ def spec_round(
     lengths: torch.Tensor,
     generator: torch.Generator,
     greedy: bool = False,
+    history: History | None = None,
 ) -> Round:
     """Draft gamma tokens, verify the first lengths[b] of each in ONE target pass over
-    [anchor, drafts], accept by rejection sampling and keep the accepted prefix in the cache."""
-    draft = drafter.draft(hidden, anchor, generator, greedy)
+    [anchor, drafts], accept by rejection sampling and keep the accepted prefix in the cache.
+    The decoder must keep the drafter's input layers (`BatchDecoder(target, layers)`)."""
+    draft = drafter.draft(hidden, anchor, generator, greedy, history)
     block = torch.cat([anchor[:, None], draft.tokens], dim=1)
     states = decoder.extend(block, lengths + 1)
+    features = decoder.features
     p_target = decoder.probs(states)
     p_draft = drafter.full_vocab(draft.probs, p_target.shape[-1])
     verdict = verify(draft.tokens, p_draft, p_target, lengths, generator, greedy)
@@ -53,7 +59,8 @@ def spec_round(
         draft=draft,
         verdict=verdict,
         soft_labels=overlap(p_draft, p_target[:, :-1]),
-        hidden=states[rows, verdict.accepted],
+        hidden=features[rows, verdict.accepted],
+        block_features=features,
     )
 
 
@@ -98,9 +105,12 @@ def _decode_batch(
     generator: torch.Generator,
     greedy: bool,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
-    decoder = BatchDecoder(target)
-    hidden = decoder.prefill(prompts)
-    anchor = sample(decoder.probs(hidden), generator, greedy)  # prefill emits the first token
+    decoder = BatchDecoder(target, input_layers(drafter, target))
+    final = decoder.prefill(prompts)
+    anchor = sample(decoder.probs(final), generator, greedy)  # prefill emits the first token
+    last = torch.tensor([len(p) for p in prompts]) - 1
+    hidden = decoder.features[torch.arange(len(prompts)), last]
+    history = _prompt_history(decoder.features, prompts, drafter.config.context)
     outputs = [[int(t)] for t in anchor]
     live = torch.tensor([int(t) != target.eos_id for t in anchor])
     alive = torch.arange(len(prompts))  # batch row -> prompt index
@@ -112,11 +122,13 @@ def _decode_batch(
             keep = torch.nonzero(live).squeeze(1)
             decoder.select(keep)
             alive, hidden, anchor = alive[keep], hidden[keep], anchor[keep]
+            history = History(history.features[keep], history.tokens[keep], history.valid[keep])
         if len(alive) == 0:
             break
         full = torch.full((len(alive),), gamma, dtype=torch.long)
-        result = spec_round(decoder, drafter, hidden, anchor, full, generator, greedy)
+        result = spec_round(decoder, drafter, hidden, anchor, full, generator, greedy, history)
         accepted = result.verdict.accepted
+        history = _push_history(history, hidden, anchor, result)
         seq = alive.numpy()
         records.append(
             {
@@ -141,6 +153,50 @@ def _decode_batch(
                 live[row] = False
         hidden, anchor = result.hidden, result.verdict.next_token
     return _trace_frame(records, gamma), outputs
+
+
+def input_layers(drafter: Drafter, target) -> list[int]:
+    """The target hidden_states the drafter reads (the final normed state by default)."""
+    return drafter.config.feature_layers or [int(target.model.config.num_hidden_layers)]
+
+
+def _prompt_history(features: torch.Tensor, prompts: list[list[int]], size: int) -> History:
+    """The last `size` prompt positions before each prompt's final one (right-aligned):
+    their features and the prompt token that followed each."""
+    batch = len(prompts)
+    out = History(
+        features.new_zeros(batch, size, features.shape[-1]),
+        torch.zeros(batch, size, dtype=torch.long),
+        torch.zeros(batch, size, dtype=torch.bool),
+    )
+    for b, ids in enumerate(prompts):
+        lo = max(0, len(ids) - 1 - size)
+        n = len(ids) - 1 - lo
+        if n:
+            out.features[b, size - n :] = features[b, lo : len(ids) - 1]
+            out.tokens[b, size - n :] = torch.tensor(ids[lo + 1 :])
+            out.valid[b, size - n :] = True
+    return out
+
+
+def _push_history(history: History, hidden: torch.Tensor, anchor: torch.Tensor, result: Round):
+    """Slide each sequence's window past this round: the old anchor, then the accepted drafts
+    (each with the target's features at the position before it)."""
+    size = history.features.shape[1]
+    if size == 0:
+        return history
+    accepted = result.verdict.accepted
+    gamma = result.draft.tokens.shape[1]
+    feats = torch.cat([history.features, hidden[:, None], result.block_features[:, :gamma]], 1)
+    tokens = torch.cat([history.tokens, anchor[:, None], result.draft.tokens], 1)
+    fresh = torch.arange(gamma)[None, :] < accepted[:, None]
+    valid = torch.cat([history.valid, torch.ones_like(anchor[:, None], dtype=torch.bool), fresh], 1)
+    idx = (size + 1 + accepted)[:, None] - size + torch.arange(size)[None, :]
+    return History(
+        feats.gather(1, idx[..., None].expand(-1, -1, feats.shape[-1])),
+        tokens.gather(1, idx),
+        valid.gather(1, idx),
+    )
 
 
 def _trace_frame(records: list[dict[str, np.ndarray]], gamma: int) -> pd.DataFrame:

@@ -10,20 +10,28 @@ from dsim.errors import InputError
 from dsim.report import progress_bar
 
 PROMPTS_DIR = Path("traces/prompts")
-DEFAULT_CACHE = Path(".cache/dsim/train-hidden.pt")
-DEFAULT_PER_DOMAIN = "code=56,math=56,chat=60,translation=24,qa=24,summarization=12,rag=12"
-DEFAULT_HELDOUT = "code=16,math=16,chat=16,translation=8,qa=8,summarization=4,rag=4"
+DEFAULT_DATA = Path(".cache/dsim/data/main")
+DEFAULT_LOSS = "kl=1,tv=0.1,ce=0"
 
 
-def parse_counts(text: str, option: str) -> dict[str, int]:
-    """`code=56,math=40` -> {"code": 56, "math": 40}."""
+def parse_counts(text: str, option: str) -> dict[str, float]:
+    """`kl=1,tv=0.1` -> {"kl": 1.0, "tv": 0.1}."""
     out = {}
     for part in filter(None, text.split(",")):
         name, _, value = part.partition("=")
-        if not value.strip().isdigit():
-            raise InputError(None, None, f"{option}: expected DOMAIN=COUNT, got {part!r}")
-        out[name.strip()] = int(value)
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(None, None, f"{option}: expected NAME=NUMBER, got {part!r}") from None
     return out
+
+
+def parse_ints(text: str, option: str) -> tuple[int, ...]:
+    """`2,15,30` -> (2, 15, 30)."""
+    try:
+        return tuple(int(x) for x in filter(None, text.split(",")))
+    except ValueError:
+        raise InputError(None, None, f"{option}: expected integers, got {text!r}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -32,77 +40,116 @@ def register(app: typer.Typer) -> None:
     @app.command("prepare-data")
     def prepare_data_cmd(
         target: str = typer.Option("smollm2-135m", help="smollm2-135m, tiny, or a HF folder"),
-        cache: Path = typer.Option(DEFAULT_CACHE, help="hidden-state cache to write"),
-        per_domain: str = typer.Option(DEFAULT_PER_DOMAIN, help="prompts kept per domain"),
-        heldout: str = typer.Option(DEFAULT_HELDOUT, help="of which held out, per domain"),
-        max_new_tokens: int = typer.Option(160, help="response length cap"),
+        out: Path = typer.Option(DEFAULT_DATA, help="cache folder (resumable; not committed)"),
+        heldout: Path = typer.Option(
+            PROMPTS_DIR / "heldout.jsonl", help="prompts never trained on"
+        ),
+        prompts_dir: Path = typer.Option(PROMPTS_DIR, help="the public prompt files"),
+        samples: int = typer.Option(5, help="temperature-1 answers per prompt"),
+        max_new_tokens: int = typer.Option(160, help="answer length cap"),
         max_prompt_tokens: int = typer.Option(1024, help="longer prompts are skipped"),
-        batch_size: int = typer.Option(32, help="prompts generated together"),
+        batch_size: int = typer.Option(32, help="answers sampled together (one cache file)"),
         seed: int = typer.Option(0, help="sampling seed"),
-        prompts_dir: Path = typer.Option(PROMPTS_DIR, help="public prompt files; splits go here"),
+        layers: str | None = typer.Option(
+            None, help="target layers kept besides the final one (default: low and middle)"
+        ),
+        context: int = typer.Option(16, help="prompt positions kept before each answer"),
+        limit: int | None = typer.Option(None, help="only this many prompts (smoke runs)"),
+        shard: str = typer.Option("0/1", help="K/N: build batches K, K+N, ... (N processes)"),
         threads: int = typer.Option(1, help="torch CPU threads"),
     ) -> None:
-        """Split prompts (traces/prompts/{train,heldout}.jsonl), let the target answer the train
-        split at temperature 1 and cache its hidden states for training."""
+        """Let the target answer every public prompt except the held-out ones at temperature 1
+        and cache its states for training; rerun the same command to resume a build."""
         import torch
 
-        from dsim.models.data import prepare_data
+        from dsim.models.data import (
+            DataSpec,
+            build_data,
+            default_layers,
+            read_prompt_file,
+            training_prompts,
+            write_prompt_file,
+        )
         from dsim.models.target import load_target
 
+        part, _, parts = shard.partition("/")
+        if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
+            raise InputError(None, None, f"--shard: expected K/N with K < N, got {shard!r}")
         torch.set_num_threads(threads)
-        counts = parse_counts(per_domain, "--per-domain")
-        held = parse_counts(heldout, "--heldout")
         model = load_target(target)
-        total = sum(counts.values()) - sum(held.values())
-        with progress_bar("generating", total) as bar:
-            stats = prepare_data(
-                model,
-                cache,
-                counts,
-                held,
-                max_new_tokens,
-                max_prompt_tokens,
-                batch_size,
-                seed,
-                prompts_dir,
-                progress=bar.advance,
+        n_layers = int(model.model.config.num_hidden_layers)
+        kept = parse_ints(layers, "--layers") if layers else default_layers(n_layers)
+        if any(not 0 <= i < n_layers for i in kept):
+            raise InputError(None, None, f"--layers must lie in 0..{n_layers - 1}")
+        spec = DataSpec(samples, max_new_tokens, max_prompt_tokens, batch_size, seed, kept, context)
+        prompts = training_prompts(prompts_dir, read_prompt_file(heldout), limit)
+        if limit is None:
+            write_prompt_file(prompts_dir / "train.jsonl", prompts)
+        with progress_bar("generating answers", None) as bar:
+            stats = build_data(
+                model, prompts, spec, out, progress=bar, shard=(int(part), int(parts))
             )
-        typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()) + f" cache={cache}")
+        typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()) + f" out={out}")
 
     @app.command("train")
     def train_cmd(
         drafter: str = typer.Option(..., help="ar, parallel, markov, rnn or mtp1"),
         out: Path = typer.Option(..., help="drafter checkpoint to write (small, committable)"),
         gamma: int = typer.Option(7, help="draft block length (mtp1 always drafts 1)"),
-        steps: int = typer.Option(1000, help="optimizer steps"),
+        steps: int = typer.Option(8000, help="optimizer steps"),
         batch_size: int = typer.Option(64, help="anchors per step"),
-        lr: float = typer.Option(1e-3, help="peak learning rate (warmup, cosine decay)"),
+        lr: float = typer.Option(2e-3, help="peak learning rate (warm-up, cosine to 10%)"),
+        warmup: int = typer.Option(300, help="warm-up steps (at most a tenth of the run)"),
         seed: int = typer.Option(0, help="seed for init and batch sampling"),
         vocab_size: int = typer.Option(8192, help="draft vocabulary size"),
-        width: int = typer.Option(256, help="drafter's internal width"),
+        block: str = typer.Option("llama", help="llama (target-width layer) or encoder (old)"),
+        layers: str | None = typer.Option(
+            None, help="target layers read (default: all in the cache); encoder: final only"
+        ),
+        context: int = typer.Option(16, help="recent target positions attended to (llama)"),
+        parallel_layers: int = typer.Option(2, help="block depth of parallel/markov/rnn"),
+        width: int = typer.Option(256, help="encoder block width (llama: the target's)"),
+        loss: str = typer.Option(DEFAULT_LOSS, help="loss weights kl, tv, ce"),
         target: str = typer.Option("smollm2-135m", help="smollm2-135m, tiny, or a HF folder"),
-        cache: Path = typer.Option(DEFAULT_CACHE, help="hidden-state cache (dsim prepare-data)"),
+        data: Path = typer.Option(DEFAULT_DATA, help="training-data cache (dsim prepare-data)"),
         state: Path | None = typer.Option(
             None, help="training state file (default .cache/dsim/OUTNAME.state.pt)"
         ),
         resume: bool = typer.Option(False, help="continue from the training state if present"),
         threads: int = typer.Option(1, help="torch CPU threads"),
     ) -> None:
-        """Train a drafter on cached target hidden states (docs/design.md, The drafter family)."""
+        """Train a drafter on cached target states (docs/design.md, The drafter family)."""
         import torch
 
-        from dsim.models.data import HiddenCache
+        from dsim.models.data import TrainCache
         from dsim.models.drafters import KINDS
         from dsim.models.target import load_target
-        from dsim.models.train import TrainSettings, train_drafter
+        from dsim.models.train import LossWeights, TrainSettings, train_drafter
 
         if drafter not in KINDS:
             raise InputError(None, None, f"--drafter must be one of {', '.join(KINDS)}")
-        if not cache.is_file():
-            raise InputError(cache, None, "hidden-state cache not found (run dsim prepare-data)")
+        if block not in ("llama", "encoder"):
+            raise InputError(None, None, "--block must be llama or encoder")
+        weights = parse_counts(loss, "--loss")
+        if not weights.keys() <= {"kl", "tv", "ce"}:
+            raise InputError(None, None, "--loss names must be kl, tv or ce")
         torch.set_num_threads(threads)
         state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
-        settings = TrainSettings(steps, batch_size, lr, seed, vocab_size, width)
+        settings = TrainSettings(
+            steps,
+            batch_size,
+            lr,
+            warmup,
+            seed,
+            vocab_size,
+            block=block,
+            feature_layers=parse_ints(layers, "--layers") if layers is not None else None,
+            context=context,
+            parallel_layers=parallel_layers,
+            width=width,
+            loss=LossWeights(**{k: weights.get(k, 0.0) for k in ("kl", "tv", "ce")}),
+        )
+        cache = TrainCache.load(data)
         model = load_target(target)
         with progress_bar(f"train {drafter}", steps) as bar:
 
@@ -112,7 +159,7 @@ def register(app: typer.Typer) -> None:
                 bar(step)
 
             stats = train_drafter(
-                drafter, gamma, HiddenCache.load(cache), model, settings, out, state, resume, report
+                drafter, gamma, cache, model, settings, out, state, resume, report
             )
         typer.echo(" ".join(f"{k}={v:.4g}" for k, v in stats.items()) + f" out={out}")
 

@@ -17,8 +17,12 @@ from dsim.models.sampling import sample
 class BatchDecoder:
     """The target's KV caches for a batch of sequences, and forward passes over them."""
 
-    def __init__(self, target) -> None:
+    def __init__(self, target, layers: list[int] | tuple[int, ...] = ()) -> None:
+        """`layers`: target hidden_states indices (num_hidden_layers = the final normed state)
+        that each `extend` also keeps in `self.features` (B, q, len(layers) * H)."""
         self.target = target
+        self.layers = tuple(layers)
+        self.features: torch.Tensor | None = None
         self.cache = None
         self.valid = torch.zeros(0, 0, dtype=torch.bool)  # (B, slots)
         self.next_pos = torch.zeros(0, dtype=torch.long)  # (B,) valid tokens so far
@@ -62,8 +66,11 @@ class BatchDecoder:
                 position_ids=positions,
                 cache=self.cache,
                 use_cache=True,
+                output_hidden_states=bool(self.layers),
             )
         self.cache = out.cache
+        if self.layers:
+            self.features = torch.cat([out.hidden_states[i] for i in self.layers], dim=-1)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self._last = q
         return out.last_hidden_state
@@ -79,6 +86,14 @@ class BatchDecoder:
         self.cache.batch_select_indices(rows)
         self.valid = self.valid[rows]
         self.next_pos = self.next_pos[rows]
+
+    def repeat(self, n: int) -> None:
+        """Each sequence becomes n consecutive copies (several answers share one prefill)."""
+        self.cache.batch_repeat_interleave(n)
+        self.valid = self.valid.repeat_interleave(n, dim=0)
+        self.next_pos = self.next_pos.repeat_interleave(n, dim=0)
+        if self.features is not None:
+            self.features = self.features.repeat_interleave(n, dim=0)
 
     def merge(self, other: BatchDecoder) -> None:
         """Append `other`'s sequences to this batch (continuous batching: prefill newcomers in
@@ -114,15 +129,41 @@ def _pad_slots(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def generate(
-    target, prompts: list[list[int]], max_new_tokens: int, generator: torch.Generator
-) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """Plain sampling from the target at temperature 1, batched. Per prompt: the answer (ending
-    at EOS, included, or after `max_new_tokens`), the final hidden state that predicted each
-    answer token (n, H) and the log-partition of its full-vocabulary logits (n,)."""
-    decoder = BatchDecoder(target)
+    target,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    generator: torch.Generator,
+    layers: tuple[int, ...] = (),
+    tail: int = 0,
+    repeats: int = 1,
+) -> list[dict[str, torch.Tensor]]:
+    """Plain sampling from the target at temperature 1, batched; `repeats` answers per prompt
+    share its prefill (prompt-major order). Per answer: `tokens`, the
+    answer (ending at EOS, included, or after `max_new_tokens`); `hidden` (n, H), the final
+    hidden state that predicted each answer token; `lse` (n,), the log-partition of its
+    full-vocabulary logits; `layers` (n, L, H), the states of the other target `layers` at the
+    same positions; and for the last `tail` prompt positions before the one that predicts the
+    answer: `tail_hidden`, `tail_layers` and `tail_tokens` (the prompt token after each).
+
+    The states come from the KV-cached sampling passes; a teacher-forced pass over prompt +
+    answer computes the same states (up to float rounding), so no second pass is run."""
+    final = int(target.model.config.num_hidden_layers)
+    keep = (*layers, final)
+    decoder = BatchDecoder(target, keep)
+    lengths = [len(p) for p in prompts]
     hidden = decoder.prefill(prompts)
-    ones = torch.ones(len(prompts), dtype=torch.long)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
+    rows = torch.arange(len(prompts))
+    feats = decoder.features[rows, torch.tensor(lengths) - 1]
+    tails = []
+    for b, ids in enumerate(prompts):
+        lo = max(0, len(ids) - 1 - tail)
+        tail_pair = (decoder.features[b, lo : len(ids) - 1], torch.tensor(ids[lo + 1 :]))
+        tails += [tail_pair] * repeats
+    decoder.repeat(repeats)
+    hidden = hidden.repeat_interleave(repeats, dim=0)
+    feats = feats.repeat_interleave(repeats, dim=0)
+    ones = torch.ones(len(tails), dtype=torch.long)
+    done = torch.zeros(len(tails), dtype=torch.bool)
     tokens, states, log_z = [], [], []
     for _ in range(max_new_tokens):
         logits = hidden @ target.lm_head_weight.T
@@ -130,17 +171,35 @@ def generate(
         token = sample(torch.exp(logits - lse[:, None]), generator, greedy=False)
         token = torch.where(done, target.eos_id, token)
         tokens.append(token)
-        states.append(hidden)
+        states.append(feats)
         log_z.append(lse)
         done |= token == target.eos_id
         if bool(done.all()):
             break
         hidden = decoder.extend(token[:, None], ones)[:, 0]
+        feats = decoder.features[:, 0]
         decoder.trim(ones)
-    rows = torch.stack(tokens, dim=1).tolist()
+    answers = torch.stack(tokens, dim=1).tolist()
     states_t, log_z_t = torch.stack(states, dim=1), torch.stack(log_z, dim=1)
     out = []
-    for b, row in enumerate(rows):
+    for b, row in enumerate(answers):
         n = row.index(target.eos_id) + 1 if target.eos_id in row else len(row)
-        out.append((row[:n], states_t[b, :n].clone(), log_z_t[b, :n].clone()))
+        split = _split_layers(states_t[b, :n], len(keep))
+        tail_split = _split_layers(tails[b][0], len(keep))
+        out.append(
+            {
+                "tokens": row[:n],
+                "hidden": split[:, -1].clone(),
+                "lse": log_z_t[b, :n].clone(),
+                "layers": split[:, :-1].clone(),
+                "tail_hidden": tail_split[:, -1].clone(),
+                "tail_layers": tail_split[:, :-1].clone(),
+                "tail_tokens": tails[b][1],
+            }
+        )
     return out
+
+
+def _split_layers(features: torch.Tensor, n: int) -> torch.Tensor:
+    """(..., n * H) concatenated layers -> (..., n, H)."""
+    return features.reshape(*features.shape[:-1], n, features.shape[-1] // n)

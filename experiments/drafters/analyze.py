@@ -4,6 +4,7 @@ position-wise conditional acceptance, per-round drafter latency, calibration bef
 Reads the traces `dsim collect` wrote (traces/acceptance/smollm2-KIND.parquet) and the
 checkpoints in drafters/; writes tables and figures beside this file.
 Usage: python experiments/drafters/analyze.py [--skip-latency] [--skip-calibration]
+       [--suffix -greedy]   (traces smollm2-KIND-greedy.parquet; outputs get the suffix too)
 """
 
 from __future__ import annotations
@@ -27,10 +28,28 @@ REPO = HERE.parents[1]
 KINDS = ("ar", "parallel", "markov", "rnn", "mtp1")
 MAIN_DOMAINS = ("code", "math", "chat")
 MIN_ROUNDS = 20  # positions reached by fewer rounds are too noisy to plot
+PAIRS = (("markov", "parallel"), ("markov", "ar"))  # the paper's claims
 
 
-def trace_path(kind: str) -> Path:
-    return REPO / "traces" / "acceptance" / f"smollm2-{kind}.parquet"
+def trace_path(kind: str, suffix: str = "") -> Path:
+    return REPO / "traces" / "acceptance" / f"smollm2-{kind}{suffix}.parquet"
+
+
+def tau_difference(
+    a: pd.DataFrame, b: pd.DataFrame, reps: int = 2000, seed: int = 0
+) -> dict[str, float]:
+    """tau(a) - tau(b) on the same prompts, with a 90% bootstrap interval that resamples
+    sequences (paired: both drafters decoded the same prompts), tau = 1 + accepted / rounds."""
+    per = [df.groupby("seq_id")["accepted"].agg(["sum", "count"]) for df in (a, b)]
+    common = per[0].index.intersection(per[1].index)
+    acc = [p.loc[common, "sum"].to_numpy(float) for p in per]
+    rounds = [p.loc[common, "count"].to_numpy(float) for p in per]
+    pick = np.random.default_rng(seed).integers(0, len(common), size=(reps, len(common)))
+    boot = [x[pick].sum(1) / r[pick].sum(1) for x, r in zip(acc, rounds, strict=True)]
+    diff = boot[0] - boot[1]
+    point = acc[0].sum() / rounds[0].sum() - acc[1].sum() / rounds[1].sum()
+    lo, hi = np.percentile(diff, [5, 95])
+    return {"difference": float(point), "lo90": float(lo), "hi90": float(hi), "n": len(common)}
 
 
 def accepted_length_table(traces: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -151,13 +170,14 @@ def verify_latency(target, reps: int, context: int = 256) -> list[dict]:
     return rows
 
 
-def calibration(kinds: list[str]) -> pd.DataFrame:
+def calibration(kinds: list[str], suffix: str = "") -> pd.DataFrame:
     """STS on each trace (30% of sequences held out): ECE/AUC before and after, per position."""
     from dsim.acceptance.calibrate import calibrate_trace
 
     rows = []
     for kind in kinds:
-        report = calibrate_trace(trace_path(kind), HERE / "calibration" / kind, holdout=0.3, seed=0)
+        out = HERE / "calibration" / f"{kind}{suffix}"
+        report = calibrate_trace(trace_path(kind, suffix), out, holdout=0.3, seed=0)
         for m in report["metrics"]:
             rows.append({"drafter": kind, **m})
     return pd.DataFrame(rows)
@@ -167,18 +187,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--suffix", default="", help="trace name suffix, e.g. -greedy")
     args = parser.parse_args()
-    kinds = [k for k in KINDS if trace_path(k).exists()]
-    traces = {k: read_acceptance_trace(trace_path(k))[0] for k in kinds}
+    sfx = args.suffix
+    kinds = [k for k in KINDS if trace_path(k, sfx).exists()]
+    traces = {k: read_acceptance_trace(trace_path(k, sfx))[0] for k in kinds}
     tau = accepted_length_table(traces)
-    tau.to_csv(HERE / "accepted_length.csv")
+    tau.to_csv(HERE / f"accepted_length{sfx}.csv")
+    diffs = {
+        f"{a}-{b}": tau_difference(traces[a], traces[b])
+        for a, b in PAIRS
+        if a in traces and b in traces
+    }
+    print("tau differences, 90% bootstrap interval over sequences:", json.dumps(diffs, indent=1))
     cond = pd.concat(
         [conditional_acceptance(df).assign(drafter=k) for k, df in traces.items()],
         ignore_index=True,
     )
-    cond.to_csv(HERE / "conditional_acceptance.csv", index=False)
-    plot_conditional(cond[cond["drafter"] != "mtp1"], HERE / "conditional_acceptance.png")
-    summary = {"accepted_length": json.loads(tau.to_json())}
+    cond.to_csv(HERE / f"conditional_acceptance{sfx}.csv", index=False)
+    plot_conditional(cond[cond["drafter"] != "mtp1"], HERE / f"conditional_acceptance{sfx}.png")
+    summary = {"accepted_length": json.loads(tau.to_json()), "tau_differences": diffs}
     print("accepted length tau (1 + mean accepted prefix, all drafts verified):")
     print(tau.to_string())
     main_cond = cond[cond["domain"].isin([*MAIN_DOMAINS, "all"]) & (cond["position"] <= 4)]
@@ -193,11 +221,11 @@ def main() -> None:
         latency.to_csv(HERE / "latency.csv", index=False)
         print(latency.to_string(index=False))
     if not args.skip_calibration:
-        cal = calibration(kinds)
-        cal.to_csv(HERE / "calibration.csv", index=False)
+        cal = calibration(kinds, sfx)
+        cal.to_csv(HERE / f"calibration{sfx}.csv", index=False)
         cols = ["drafter", "position", "temperature", "ece_before", "ece_after", "auc_before"]
         print(cal[[c for c in cols if c in cal.columns]].to_string(index=False))
-    (HERE / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (HERE / f"summary{sfx}.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 if __name__ == "__main__":

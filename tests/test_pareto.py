@@ -298,3 +298,16 @@ def test_seeded_sweep_reports_mean_and_spread(tmp_path: Path) -> None:
     )
     assert ratios  # each SLA ratio over the baseline carries its min..max over seeds
     assert all(float(lo) <= float(mean) <= float(hi) for mean, lo, hi in ratios)
+
+
+def test_seed_error_bars_never_go_negative() -> None:
+    # Three equal seeds: their mean can land an ulp outside their min..max.
+    from dsim.pareto.frontier import X
+    from dsim.pareto.plots import _spread
+
+    value = (0.2 + 0.2 + 0.2) / 3
+    assert value > 0.2  # the mean of three 0.2s lands an ulp above their max
+    front = pd.DataFrame({X: [value, 5.0], f"{X}_min": [0.2, 4.0], f"{X}_max": [0.2, 6.0]})
+    low, high = _spread(front, X)
+    assert (low >= 0).all() and (high >= 0).all()
+    assert high[0] == 0.0 and low[0] < 1e-12 and (low[1], high[1]) == (1.0, 1.0)

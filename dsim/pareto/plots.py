@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker as ticker  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dsim.fileio import write_with  # noqa: E402
@@ -35,6 +36,16 @@ def _colors(policies: list[str]) -> dict[str, tuple]:
     return {p: cmap(i % 10) for i, p in enumerate(policies)}
 
 
+def _spread(front: pd.DataFrame, col: str) -> list[np.ndarray]:
+    """Error bars from the mean to the min and max over seeds; clipped at 0 because a mean of
+    equal values can land an ulp outside them."""
+    mean = front[col].to_numpy()
+    return [
+        np.maximum(mean - front[f"{col}_min"].to_numpy(), 0.0),
+        np.maximum(front[f"{col}_max"].to_numpy() - mean, 0.0),
+    ]
+
+
 def plot_pareto(
     points: pd.DataFrame, front: pd.DataFrame, anchors: list[float], title: str, path: Path
 ) -> None:
@@ -52,8 +63,7 @@ def plot_pareto(
         if "seeds" in f and f["seeds"].max() > 1:
             ax.errorbar(
                 f[X], f[Y], fmt="none", ecolor=color[policy], elinewidth=1, capsize=2,
-                xerr=[f[X] - f[f"{X}_min"], f[f"{X}_max"] - f[X]],
-                yerr=[f[Y] - f[f"{Y}_min"], f[f"{Y}_max"] - f[Y]],
+                xerr=_spread(f, X), yerr=_spread(f, Y),
             )  # fmt: skip
     for anchor in anchors:
         ax.axvline(anchor, color="0.4", linestyle=":", linewidth=1)

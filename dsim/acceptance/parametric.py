@@ -21,6 +21,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
+from dsim.acceptance.prefix import leading_true
+
 
 @dataclass(frozen=True)
 class DomainModel:
@@ -71,7 +73,7 @@ class ParametricAcceptance:
             z = z + rng.normal(0.0, self.spread, size=z.shape)
         p = expit(z)
         ok = rng.random(z.shape) < p
-        accepted = np.cumprod(ok, axis=1).sum(axis=1)
+        accepted = leading_true(ok)
         conf = p if self.overconf == 1.0 else expit(self.overconf * z)
         return conf, accepted
 

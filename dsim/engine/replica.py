@@ -32,9 +32,18 @@ from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix.
+# Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
+# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it.
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
+SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
+
+
+def total(x: np.ndarray) -> int:
+    """Sum of a short int array, fast for the engine's typical batches."""
+    return sum(x.tolist()) if len(x) < SHORT else int(x.sum())
+
+
 PROGRESS_EVERY = 2000  # steps between progress reports
 
 
@@ -56,7 +65,8 @@ class Replica:
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
         self.wall_clock = clock == "wall"
-        self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
+        self.drafts = policy.drafts
+        self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         self.generated = np.zeros(n, np.int64)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
@@ -64,8 +74,10 @@ class Replica:
         self.preemptions = np.zeros(n, np.int64)
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
-        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)  # the batch: rows[:running]
+        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
         self.running = 0
+        self.rounds = 0  # decode rounds run so far
+        self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
         self.next_arrival = 0
         self.admissions = 0
         self.used_blocks = 0
@@ -85,10 +97,6 @@ class Replica:
                 f"request needs {int(need[i])} KV tokens, "
                 f"more than --kv-tokens {self.cfg.kv_tokens}",
             )
-
-    @property
-    def batch(self) -> np.ndarray:
-        return self.rows[: self.running]
 
     def _blocks_for(self, tokens):
         return -(-tokens // self.cfg.block_size)
@@ -117,7 +125,7 @@ class Replica:
         while self.running:
             b = self.batch
             need = (b[:, CTX] + pad) // self.cfg.block_size  # blocks never shrink: need >= held
-            grow = int((need - b[:, BLOCKS]).sum())
+            grow = total(need - b[:, BLOCKS])
             if grow == 0:
                 return
             if self.used_blocks + grow <= self.cfg.kv_blocks:
@@ -135,11 +143,13 @@ class Replica:
         b = self.batch
         ids = b[rows, ID]
         self.counters[ids] = b[rows][:, COUNTERS]
+        self.counters[ids, 0] += self.rounds
         self.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
         stay = b[~rows]
         self.running = len(stay)
         self.rows[: self.running] = stay
+        self.batch = self.rows[: self.running]
         self.backend.released(ids)
 
     def _join(self, i: int, blocks: int, order: int) -> None:
@@ -153,7 +163,9 @@ class Replica:
             order,
         )
         row[ROUNDS:] = self.counters[i]
+        row[ROUNDS] -= self.rounds
         self.running += 1
+        self.batch = self.rows[: self.running]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.generated[i])
@@ -182,7 +194,7 @@ class Replica:
 
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
-        started = time.perf_counter()
+        started = time.perf_counter() if self.wall_clock else 0.0
         self._admit(now)
         self._reserve_decode_blocks()
         b = self.batch
@@ -190,18 +202,18 @@ class Replica:
         r, p = len(b), sum(takes)
         if r == 0 and p == 0:
             return None
-        kv = int(b[:, CTX].sum()) + (self._prefill_context(takes) if takes else 0)
+        kv = total(b[:, CTX]) + (self._prefill_context(takes) if takes else 0)
         ctx = kv / (r + len(takes))
         draft_s, decode = 0.0, None
         batch_tokens = p
         if r:
             ids = b[:, ID]
             conf, truth = self.backend.draw(ids, self.rng)
-            if self.policy.drafts:
+            if self.drafts:
                 draft_s = self.draft_cost.seconds(r, ctx, self.latency)
             lengths = self.policy.lengths(conf, self._sps(draft_s, p, ctx), truth)
             acc, stop = self.backend.verify(ids, lengths, truth)
-            batch_tokens += r + int(lengths.sum())
+            batch_tokens += r + total(lengths)
             decode = (lengths, acc, stop)
         completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
         first_stop = (
@@ -235,10 +247,10 @@ class Replica:
             left[stop] = emit[stop]
         b[:, CTX] += emit
         left -= emit
-        b[:, ROUNDS] += 1
         b[:, VERIFIED] += lengths
         b[:, ACCEPTED] += acc
-        if not left.all():
+        self.rounds += 1
+        if np.count_nonzero(left) < len(left):
             done = left == 0
             self.finish[b[done, ID]] = end
             self.finished += int(done.sum())

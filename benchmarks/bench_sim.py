@@ -56,14 +56,17 @@ def child(checkout: Path, policy: str, trace: str) -> dict:
 
 
 def load() -> str:
-    return "load %.2f %.2f %.2f" % tuple(float(x) for x in open("/proc/loadavg").read().split()[:3])
+    with open("/proc/loadavg") as f:
+        return "load " + " ".join(f.read().split()[:3])
 
 
 def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_sim.") as tmp:
         base = Path(tmp) / "base"
         git = ["git", "-C", str(HERE), "worktree"]
-        subprocess.run([*git, "add", "--detach", str(base), commit], check=True, capture_output=True)
+        subprocess.run(
+            [*git, "add", "--detach", str(base), commit], check=True, capture_output=True
+        )
         try:
             ratios = []
             for k in range(pairs):
@@ -73,7 +76,9 @@ def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
                 wall = b["us_per_step_wall"] / a["us_per_step_wall"]
                 cpu = b["us_per_step_cpu"] / a["us_per_step_cpu"]
                 ratios.append((wall, cpu))
-                print(f"pair {k + 1} per-step ratio B/A: wall {wall:.3f}, cpu {cpu:.3f}", flush=True)
+                print(
+                    f"pair {k + 1} per-step ratio B/A: wall {wall:.3f}, cpu {cpu:.3f}", flush=True
+                )
         finally:
             subprocess.run([*git, "remove", "--force", str(base)], check=True)
     walls, cpus = zip(*ratios, strict=True)

@@ -281,21 +281,22 @@ class Replica:
         """The simpy process: step until every request has finished.
 
         Steps follow each other on the replica's own clock `t`, which advances exactly as
-        simpy's would (now + delay), so results do not depend on how often it yields. It
-        yields only when another process has an event due at or before the next step's start
-        (nothing else can change this replica's batch), and once at the end so that env.now
-        reaches the last step's end.
+        simpy's would (now + delay), so results do not depend on how often it yields. Before
+        moving `t` past another process's next event it yields until then, so that process
+        sees this replica as a per-step timeout would show it (a step planned, not yet
+        committed); alone, it yields once, at the end, so that env.now reaches the last step's end.
         """
         n, arrival = len(self.w), self.w.arrival_s
         t = env.now
         while self.finished < n:
-            if env.peek() <= t:
-                yield env.timeout(max(0.0, t - env.now))
             step_s = self.step(t)
-            if step_s is None:  # idle until the next arrival
-                t = t + (arrival[self.next_arrival] - t)
+            idle = step_s is None  # then sleep until the next arrival
+            end = t + (arrival[self.next_arrival] - t) if idle else t + step_s
+            if env.peek() < end:
+                yield env.timeout(max(0.0, end - env.now))
+            t = end
+            if idle:
                 continue
-            t = t + step_s
             self.commit(t)
             if progress is not None and self.steps.count % PROGRESS_EVERY == 0:
                 progress(self.finished)

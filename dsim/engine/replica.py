@@ -4,14 +4,16 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths and the backend again for the accepted drafts,
-(4) adds a chunk of prefill work, and (5) waits one step latency before committing the tokens:
+(4) adds a chunk of prefill work, and (5) takes one step latency before committing the tokens:
 the hardware profile's latency for the step's batch (clock "profile"), or the measured wall
 time of the step's real work (clock "wall", for real-model backends).
 
-The running batch lives in one int64 matrix (a row per request, a column per counter), so a
-round is a few in-place numpy operations over the batch, whatever its size; rows leave the
-matrix, and their counters go back to the per-request arrays, only when a request finishes or
-is preempted.
+The running batch lives in the first rows of one preallocated int64 matrix (a row per request,
+a column per counter), so a round is a few in-place numpy operations over the batch, whatever
+its size; rows leave the matrix, and their counters go back to the per-request arrays, only
+when a request finishes or is preempted. The replica keeps its own clock and hands control to
+simpy only when another process has an event due first (see `process`), so a run is not one
+simpy event per step.
 """
 
 from __future__ import annotations
@@ -19,32 +21,30 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from dsim.engine.backend import Backend
 from dsim.engine.config import DraftCost, EngineConfig
+from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix.
+# Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
+# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it.
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
+SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
 
 
-@dataclass
-class StepLog:
-    """Per-step engine state, for invariants and load plots."""
+def total(x: np.ndarray) -> int:
+    """Sum of a short int array, fast for the engine's typical batches."""
+    return sum(x.tolist()) if len(x) < SHORT else int(x.sum())
 
-    start_s: np.ndarray
-    latency_s: np.ndarray
-    num_running: np.ndarray
-    batch_tokens: np.ndarray
-    prefill_tokens: np.ndarray
-    kv_blocks_used: np.ndarray
+
+PROGRESS_EVERY = 2000  # steps between progress reports
 
 
 class Replica:
@@ -65,7 +65,8 @@ class Replica:
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
         self.wall_clock = clock == "wall"
-        self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
+        self.drafts = policy.drafts
+        self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         self.generated = np.zeros(n, np.int64)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
@@ -73,12 +74,16 @@ class Replica:
         self.preemptions = np.zeros(n, np.int64)
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
-        self.batch = np.zeros((0, 8), np.int64)
+        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
+        self.running = 0
+        self.rounds = 0  # decode rounds run so far
+        self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
         self.next_arrival = 0
         self.admissions = 0
         self.used_blocks = 0
         self.finished = 0
-        self.log: list[tuple[float, float, int, int, int, int]] = []
+        self.steps = StepRecorder()
+        self._plan: tuple = ()  # what the step in flight commits when it ends
         self._check_fits()
 
     def _check_fits(self) -> None:
@@ -103,7 +108,7 @@ class Replica:
             arrived = int(np.searchsorted(arrival, now, side="right"))
             self.waiting.extend(range(self.next_arrival, arrived))
             self.next_arrival = arrived
-        while self.waiting and len(self.batch) + len(self.prefilling) < self.cfg.max_seqs:
+        while self.waiting and self.running + len(self.prefilling) < self.cfg.max_seqs:
             i = self.waiting[0]
             context = int(self.w.prompt_tokens[i] + self.generated[i])
             need = self._blocks_for(context + 1)
@@ -116,10 +121,13 @@ class Replica:
 
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
-        while len(self.batch):
+        pad = self.lookahead + self.cfg.block_size - 1
+        while self.running:
             b = self.batch
-            need = self._blocks_for(b[:, CTX] + self.lookahead)
-            grow = int(need.sum() - b[:, BLOCKS].sum())
+            need = (b[:, CTX] + pad) // self.cfg.block_size  # blocks never shrink: need >= held
+            grow = total(need - b[:, BLOCKS])
+            if grow == 0:
+                return
             if self.used_blocks + grow <= self.cfg.kv_blocks:
                 b[:, BLOCKS] = need
                 self.used_blocks += grow
@@ -135,10 +143,32 @@ class Replica:
         b = self.batch
         ids = b[rows, ID]
         self.counters[ids] = b[rows][:, COUNTERS]
+        self.counters[ids, 0] += self.rounds
         self.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
-        self.batch = b[~rows]
+        stay = b[~rows]
+        self.running = len(stay)
+        self.rows[: self.running] = stay
+        self.batch = self.rows[: self.running]
         self.backend.released(ids)
+
+    def _join(self, i: int, blocks: int, order: int) -> None:
+        """Request i, prefilled, joins the batch with its saved counters."""
+        row = self.rows[self.running]
+        row[:ROUNDS] = (
+            i,
+            self.w.prompt_tokens[i] + self.generated[i],
+            self._left(i),
+            blocks,
+            order,
+        )
+        row[ROUNDS:] = self.counters[i]
+        row[ROUNDS] -= self.rounds
+        self.running += 1
+        self.batch = self.rows[: self.running]
+
+    def _left(self, i: int) -> int:
+        return int(self.w.output_tokens[i] - self.generated[i])
 
     # -- one step -----------------------------------------------------------------------------
     def _prefill_chunks(self) -> list[int]:
@@ -151,35 +181,41 @@ class Replica:
             budget -= take
         return takes
 
-    def step(self, now: float) -> tuple[float, Callable[[float], None]] | None:
-        """Plan one step at time `now`: its latency and the commit to run when it ends."""
-        started = time.perf_counter()
+    def _prefill_context(self, takes: list[int]) -> int:
+        """KV tokens the step's prefill chunks attend over (done so far plus this chunk)."""
+        return sum(
+            int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
+            for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
+        )
+
+    def _sps(self, draft_s: float, prefill: int, ctx: float) -> Callable[[np.ndarray], np.ndarray]:
+        """Steps per second of a round verifying B tokens, drafter and prefill included."""
+        return lambda x: 1.0 / (draft_s + self.latency.latency(x + prefill, ctx))
+
+    def step(self, now: float) -> float | None:
+        """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
+        started = time.perf_counter() if self.wall_clock else 0.0
         self._admit(now)
         self._reserve_decode_blocks()
         b = self.batch
-        takes = self._prefill_chunks()
+        takes = self._prefill_chunks() if self.prefilling else []
         r, p = len(b), sum(takes)
         if r == 0 and p == 0:
             return None
-        prefill = self.prefilling[: len(takes)]
-        kv = int(b[:, CTX].sum()) + sum(
-            int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
-            for e, t in zip(prefill, takes, strict=True)
-        )
+        kv = total(b[:, CTX]) + (self._prefill_context(takes) if takes else 0)
         ctx = kv / (r + len(takes))
-        draft_s, lengths, acc, stop = 0.0, None, None, None
+        draft_s, decode = 0.0, None
         batch_tokens = p
         if r:
             ids = b[:, ID]
             conf, truth = self.backend.draw(ids, self.rng)
-            if self.policy.drafts:
+            if self.drafts:
                 draft_s = self.draft_cost.seconds(r, ctx, self.latency)
-            lengths = self.policy.lengths(
-                conf, lambda x: 1.0 / (draft_s + self.latency.latency(x + p, ctx)), truth
-            )
+            lengths = self.policy.lengths(conf, self._sps(draft_s, p, ctx), truth)
             acc, stop = self.backend.verify(ids, lengths, truth)
-            batch_tokens += r + int(lengths.sum())
-        completing = [e for e, t in zip(prefill, takes, strict=True) if e[1] == t]
+            batch_tokens += r + total(lengths)
+            decode = (lengths, acc, stop)
+        completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
         first_stop = (
             self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
             if completing
@@ -189,29 +225,33 @@ class Replica:
             step_s = time.perf_counter() - started
         else:
             step_s = draft_s + self.latency.latency(batch_tokens, ctx)
-        self.log.append((now, step_s, r, batch_tokens, p, self.used_blocks))
+        self.steps.add(now, step_s, r, batch_tokens, p, self.used_blocks)
+        self._plan = (decode, takes, completing, first_stop)
+        return step_s
 
-        def commit(end: float) -> None:
-            if r:
-                self._commit_decode(lengths, acc, stop, end)
+    def commit(self, end: float) -> None:
+        """End the planned step at time `end`: emit its tokens, finish and move requests."""
+        decode, takes, completing, first_stop = self._plan
+        if decode is not None:
+            self._commit_decode(*decode, end)
+        if takes:
             self._commit_prefill(takes, completing, first_stop, end)
-
-        return step_s, commit
 
     def _commit_decode(
         self, lengths: np.ndarray, acc: np.ndarray, stop: np.ndarray | None, end: float
     ) -> None:
         b = self.batch
-        emit = np.minimum(acc + 1, b[:, LEFT])
+        left = b[:, LEFT]
+        emit = np.minimum(acc + 1, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
-            b[stop, LEFT] = emit[stop]
+            left[stop] = emit[stop]
         b[:, CTX] += emit
-        b[:, LEFT] -= emit
-        b[:, ROUNDS] += 1
+        left -= emit
         b[:, VERIFIED] += lengths
         b[:, ACCEPTED] += acc
-        done = b[:, LEFT] == 0
-        if done.any():
+        self.rounds += 1
+        if np.count_nonzero(left) < len(left):
+            done = left == 0
             self.finish[b[done, ID]] = end
             self.finished += int(done.sum())
             self._leave(done)
@@ -224,36 +264,44 @@ class Replica:
         if not completing:
             return
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
-        for k, (i, _, blocks, order) in enumerate(
-            completing
-        ):  # prefill emits a token (docs/design.md, The replica step)
+        # prefill emits a token (docs/design.md, The replica step)
+        for k, (i, _, blocks, order) in enumerate(completing):
             self.generated[i] += 1
             if np.isnan(self.first_token[i]):
                 self.first_token[i] = end
-            left = int(self.w.output_tokens[i] - self.generated[i])
-            if left == 0 or (stop is not None and stop[k]):
+            if self._left(i) == 0 or (stop is not None and stop[k]):
                 self.finish[i] = end
                 self.finished += 1
                 self.used_blocks -= blocks
                 self.backend.released(np.array([i]))
-                continue
-            row = [i, int(self.w.prompt_tokens[i] + self.generated[i]), left, blocks, order]
-            self.batch = np.vstack([self.batch, [*row, *self.counters[i]]])
+            else:
+                self._join(i, blocks, order)
 
+    # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
-        """The simpy process: step until every request has finished."""
-        n = len(self.w)
+        """The simpy process: step until every request has finished.
+
+        Steps follow each other on the replica's own clock `t`, which advances exactly as
+        simpy's would (now + delay), so results do not depend on how often it yields. Before
+        moving `t` past another process's next event it yields until then, so that process
+        sees this replica as a per-step timeout would show it (a step planned, not yet
+        committed); alone, it yields once, at the end, so that env.now reaches the last step's end.
+        """
+        n, arrival = len(self.w), self.w.arrival_s
+        t = env.now
         while self.finished < n:
-            planned = self.step(env.now)
-            if planned is None:  # idle: sleep until the next arrival
-                yield env.timeout(self.w.arrival_s[self.next_arrival] - env.now)
+            step_s = self.step(t)
+            idle = step_s is None  # then sleep until the next arrival
+            end = t + (arrival[self.next_arrival] - t) if idle else t + step_s
+            if env.peek() < end:
+                yield env.timeout(max(0.0, end - env.now))
+            t = end
+            if idle:
                 continue
-            step_s, commit = planned
-            yield env.timeout(step_s)
-            commit(env.now)
-            if progress is not None and len(self.log) % 2000 == 0:
+            self.commit(t)
+            if progress is not None and self.steps.count % PROGRESS_EVERY == 0:
                 progress(self.finished)
+        yield env.timeout(max(0.0, t - env.now))
 
     def step_log(self) -> StepLog:
-        cols = np.array(self.log, dtype=np.float64).reshape(-1, 6).T
-        return StepLog(cols[0], cols[1], *(c.astype(np.int64) for c in cols[2:]))
+        return self.steps.log()

@@ -9,8 +9,10 @@ import simpy
 
 from dsim.acceptance.prefix import MAX_TABLE_BITS, leading_true
 from dsim.acceptance.sources import parse_acceptance
+from dsim.cluster.source import arrivals
 from dsim.engine.backend import Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.records import Records
 from dsim.engine.replica import SHORT, Replica, total
 from dsim.engine.steplog import StepRecorder
 from dsim.hardware.latency import LatencyModel
@@ -71,7 +73,13 @@ def _replica(seed: int = 0) -> Replica:
         parse_policy("dspark"),
         EngineConfig(max_seqs=16),
         rng,
+        Records.empty(len(workload)),
     )
+
+
+def _serve(env: simpy.Environment, replica: Replica) -> None:
+    env.process(arrivals(env, replica.w.arrival_s, replica.arrive))
+    env.process(replica.process(env, None))
 
 
 def test_replica_shares_simpy_time_with_another_process():
@@ -79,24 +87,25 @@ def test_replica_shares_simpy_time_with_another_process():
     events, exactly the steps that ended by then are committed; results do not change."""
     alone = _replica()
     env = simpy.Environment()
-    env.process(alone.process(env, None))
+    _serve(env, alone)
     env.run()
     end = alone.steps.log()
     assert env.now == end.start_s[-1] + end.latency_s[-1]  # env ends at the last step's end
+    assert alone.rec.finished == len(alone.w) and alone.work == 0
 
     shared, seen = _replica(), []
 
     def ticker(env, replica):
-        while replica.finished < len(replica.w):
+        while replica.rec.finished < len(replica.w):
             yield env.timeout(0.3737)
-            seen.append((env.now, replica.finished))
+            seen.append((env.now, replica.rec.finished))
 
     env = simpy.Environment()
-    env.process(shared.process(env, None))
+    _serve(env, shared)
     env.process(ticker(env, shared))
     env.run()
-    np.testing.assert_array_equal(shared.finish, alone.finish)
-    np.testing.assert_array_equal(shared.counters, alone.counters)
+    np.testing.assert_array_equal(shared.rec.finish, alone.rec.finish)
+    np.testing.assert_array_equal(shared.rec.counters, alone.rec.counters)
     assert len(seen) > 50
     for now, finished in seen:
-        assert finished == np.count_nonzero(alone.finish <= now)
+        assert finished == np.count_nonzero(alone.rec.finish <= now)

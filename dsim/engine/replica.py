@@ -4,9 +4,14 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths and the backend again for the accepted drafts,
-(4) adds a chunk of prefill work, and (5) takes one step latency before committing the tokens:
-the hardware profile's latency for the step's batch (clock "profile"), or the measured wall
-time of the step's real work (clock "wall", for real-model backends).
+(4) adds a chunk of prefill work, and (5) takes one step latency before committing the tokens,
+as its clock says (`dsim.engine.clock`: the profile's latency, or the measured wall time of a
+real-model step). The backend reports what each request emitted and whether it emitted an
+end-of-sequence token; the engine alone applies output caps and ends requests.
+
+Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
+request's KV has been transferred) and results go to a `Records` object, which every replica
+of a cluster shares. A prefill-only replica hands each prefilled request on (`handoff`).
 
 The running batch lives in the first rows of one preallocated int64 matrix (a row per request,
 a column per counter), so a round is a few in-place numpy operations over the batch, whatever
@@ -18,7 +23,6 @@ simpy event per step.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -26,7 +30,9 @@ import numpy as np
 import simpy
 
 from dsim.engine.backend import Backend
+from dsim.engine.clock import Clock, ProfileClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
+from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
@@ -48,7 +54,11 @@ PROGRESS_EVERY = 2000  # steps between progress reports
 
 
 class Replica:
-    """Queues and per-request records as arrays; the decode batch as a matrix (see module doc)."""
+    """Queues as a deque and a list; the decode batch as a matrix (see module doc).
+
+    `work` is the replica's load as a router sees it: tokens still to prefill plus output
+    tokens still to emit, over every request it holds (queued, prefilling or running).
+    """
 
     def __init__(
         self,
@@ -59,31 +69,34 @@ class Replica:
         policy,
         cfg: EngineConfig,
         rng: np.random.Generator,
-        clock: str = "profile",
+        records: Records,
+        clock: Clock | None = None,
+        index: int = 0,
+        handoff: Callable[[int, float], None] | None = None,
     ) -> None:
-        n = len(workload)
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
-        self.wall_clock = clock == "wall"
+        self.rec, self.clock, self.index, self.handoff = (
+            records,
+            clock or ProfileClock(),
+            index,
+            handoff,
+        )
         self.drafts = policy.drafts
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
-        self.generated = np.zeros(n, np.int64)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.counters = np.zeros((n, len(COUNTERS)), np.int64)
-        self.preemptions = np.zeros(n, np.int64)
         self.waiting: deque[int] = deque()
+        self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
+        self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
         self.running = 0
         self.rounds = 0  # decode rounds run so far
         self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
-        self.next_arrival = 0
         self.admissions = 0
         self.used_blocks = 0
-        self.finished = 0
         self.steps = StepRecorder()
         self._plan: tuple = ()  # what the step in flight commits when it ends
+        self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
         self._check_fits()
 
     def _check_fits(self) -> None:
@@ -101,22 +114,50 @@ class Replica:
     def _blocks_for(self, tokens):
         return -(-tokens // self.cfg.block_size)
 
+    @property
+    def free_blocks(self) -> int:
+        return self.cfg.kv_blocks - self.used_blocks
+
+    @property
+    def holds(self) -> int:
+        """Requests on the replica: queued, prefilling or running."""
+        return len(self.waiting) + len(self.prefilling) + self.running
+
+    # -- requests pushed in -----------------------------------------------------------------
+    def arrive(self, i: int, kv_ready: bool = False) -> None:
+        """Request i joins the queue; with `kv_ready` its prompt's KV is already here (sent by
+        a prefill replica, announced by `expect`), so it skips prefill. Wakes an idle replica."""
+        self.waiting.append(i)
+        if kv_ready:
+            self.kv_ready.add(i)
+        else:
+            self.work += self._context(i) + self._left(i)
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
+
+    def expect(self, i: int) -> None:
+        """Request i's KV is on its way here: its output counts as this replica's load now."""
+        self.work += self._left(i)
+
     # -- admission, KV growth, preemption -------------------------------------------------
-    def _admit(self, now: float) -> None:
-        arrival = self.w.arrival_s
-        if self.next_arrival < len(arrival) and arrival[self.next_arrival] <= now:
-            arrived = int(np.searchsorted(arrival, now, side="right"))
-            self.waiting.extend(range(self.next_arrival, arrived))
-            self.next_arrival = arrived
+    def _context(self, i: int) -> int:
+        return int(self.w.prompt_tokens[i] + self.rec.generated[i])
+
+    def _admit(self) -> None:
         while self.waiting and self.running + len(self.prefilling) < self.cfg.max_seqs:
             i = self.waiting[0]
-            context = int(self.w.prompt_tokens[i] + self.generated[i])
+            context = self._context(i)
             need = self._blocks_for(context + 1)
             if self.used_blocks + need > self.cfg.kv_blocks:
                 break
             self.waiting.popleft()
             self.used_blocks += need
-            self.prefilling.append([i, context, need, self.admissions])
+            if i in self.kv_ready:
+                self.kv_ready.discard(i)
+                self._join(i, need, self.admissions)
+            else:
+                self.prefilling.append([i, context, need, self.admissions])
             self.admissions += 1
 
     def _reserve_decode_blocks(self) -> None:
@@ -134,17 +175,18 @@ class Replica:
                 return
             victim = int(np.argmax(b[:, ORDER]))
             i = int(b[victim, ID])
-            self.preemptions[i] += 1
+            self.rec.preemptions[i] += 1
             self.waiting.appendleft(i)
             self._leave(np.arange(len(b)) == victim)
+            self.work += self._context(i)  # its KV is gone: the whole context is prefilled again
 
     def _leave(self, rows: np.ndarray) -> None:
         """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
         b = self.batch
         ids = b[rows, ID]
-        self.counters[ids] = b[rows][:, COUNTERS]
-        self.counters[ids, 0] += self.rounds
-        self.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
+        self.rec.counters[ids] = b[rows][:, COUNTERS]
+        self.rec.counters[ids, 0] += self.rounds
+        self.rec.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
         stay = b[~rows]
         self.running = len(stay)
@@ -157,18 +199,18 @@ class Replica:
         row = self.rows[self.running]
         row[:ROUNDS] = (
             i,
-            self.w.prompt_tokens[i] + self.generated[i],
+            self._context(i),
             self._left(i),
             blocks,
             order,
         )
-        row[ROUNDS:] = self.counters[i]
+        row[ROUNDS:] = self.rec.counters[i]
         row[ROUNDS] -= self.rounds
         self.running += 1
         self.batch = self.rows[: self.running]
 
     def _left(self, i: int) -> int:
-        return int(self.w.output_tokens[i] - self.generated[i])
+        return int(self.w.output_tokens[i] - self.rec.generated[i])
 
     # -- one step -----------------------------------------------------------------------------
     def _prefill_chunks(self) -> list[int]:
@@ -184,7 +226,7 @@ class Replica:
     def _prefill_context(self, takes: list[int]) -> int:
         """KV tokens the step's prefill chunks attend over (done so far plus this chunk)."""
         return sum(
-            int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
+            self._context(e[0]) - e[1] + t
             for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
         )
 
@@ -194,8 +236,8 @@ class Replica:
 
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
-        started = time.perf_counter() if self.wall_clock else 0.0
-        self._admit(now)
+        started = self.clock.start()
+        self._admit()
         self._reserve_decode_blocks()
         b = self.batch
         takes = self._prefill_chunks() if self.prefilling else []
@@ -212,19 +254,16 @@ class Replica:
             if self.drafts:
                 draft_s = self.draft_cost.seconds(r, ctx, self.latency)
             lengths = self.policy.lengths(conf, self._sps(draft_s, p, ctx), truth)
-            acc, stop = self.backend.verify(ids, lengths, truth)
+            emitted, stop = self.backend.verify(ids, lengths, truth)
             batch_tokens += r + total(lengths)
-            decode = (lengths, acc, stop)
+            decode = (lengths, emitted, stop)
         completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
         first_stop = (
             self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
             if completing
             else None
         )
-        if self.wall_clock:
-            step_s = time.perf_counter() - started
-        else:
-            step_s = draft_s + self.latency.latency(batch_tokens, ctx)
+        step_s = self.clock.seconds(started, draft_s + self.latency.latency(batch_tokens, ctx))
         self.steps.add(now, step_s, r, batch_tokens, p, self.used_blocks)
         self._plan = (decode, takes, completing, first_stop)
         return step_s
@@ -238,22 +277,28 @@ class Replica:
             self._commit_prefill(takes, completing, first_stop, end)
 
     def _commit_decode(
-        self, lengths: np.ndarray, acc: np.ndarray, stop: np.ndarray | None, end: float
+        self, lengths: np.ndarray, emitted: np.ndarray, stop: np.ndarray | None, end: float
     ) -> None:
+        """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
+        to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
         b = self.batch
         left = b[:, LEFT]
-        emit = np.minimum(acc + 1, left)
+        emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
+            self.work -= total(left[stop] - emit[stop])
             left[stop] = emit[stop]
+        self.work -= total(emit)
         b[:, CTX] += emit
         left -= emit
         b[:, VERIFIED] += lengths
-        b[:, ACCEPTED] += acc
+        b[:, ACCEPTED] += emitted - 1
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0
-            self.finish[b[done, ID]] = end
-            self.finished += int(done.sum())
+            ids = b[done, ID]
+            self.rec.finish[ids] = end
+            self.rec.replica[ids] = self.index
+            self.rec.finished += len(ids)
             self._leave(done)
 
     def _commit_prefill(
@@ -261,47 +306,60 @@ class Replica:
     ) -> None:
         for entry, take in zip(self.prefilling, takes, strict=False):  # takes: a prefix
             entry[1] -= take
+        self.work -= sum(takes)
         if not completing:
             return
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
         # prefill emits a token (docs/design.md, The replica step)
+        rec = self.rec
         for k, (i, _, blocks, order) in enumerate(completing):
-            self.generated[i] += 1
-            if np.isnan(self.first_token[i]):
-                self.first_token[i] = end
-            if self._left(i) == 0 or (stop is not None and stop[k]):
-                self.finish[i] = end
-                self.finished += 1
+            rec.generated[i] += 1
+            self.work -= 1
+            if np.isnan(rec.first_token[i]):
+                rec.first_token[i] = end
+            ends = self._left(i) == 0 or (stop is not None and stop[k])
+            if ends or self.handoff is not None:
+                self.work -= self._left(i)
                 self.used_blocks -= blocks
                 self.backend.released(np.array([i]))
+            if ends:
+                rec.finish[i] = end
+                rec.replica[i] = self.index
+                rec.finished += 1
+            elif self.handoff is not None:  # a prefill-only replica: decode happens elsewhere
+                self.handoff(i, end)
             else:
                 self._join(i, blocks, order)
 
     # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
-        """The simpy process: step until every request has finished.
+        """The simpy process: step while there is work, sleep until a request is pushed.
 
-        Steps follow each other on the replica's own clock `t`, which advances exactly as
-        simpy's would (now + delay), so results do not depend on how often it yields. Before
-        moving `t` past another process's next event it yields until then, so that process
-        sees this replica as a per-step timeout would show it (a step planned, not yet
-        committed); alone, it yields once, at the end, so that env.now reaches the last step's end.
+        Steps follow each other on the replica's own clock `t` (each step ends at t + its
+        latency), so results do not depend on how often it yields. Before moving `t` to or past
+        another process's next event it yields until then, so that process sees this replica as
+        a per-step timeout would show it (a step planned, not yet committed) and a request pushed
+        at a step's end is admitted by the next step. Idle, it first brings simpy's time up to
+        `t` (so env.now ends at the last step's end), then waits to be woken by `arrive`.
         """
-        n, arrival = len(self.w), self.w.arrival_s
         t = env.now
-        while self.finished < n:
+        while True:
             step_s = self.step(t)
-            idle = step_s is None  # then sleep until the next arrival
-            end = t + (arrival[self.next_arrival] - t) if idle else t + step_s
-            if env.peek() < end:
-                yield env.timeout(max(0.0, end - env.now))
-            t = end
-            if idle:
+            if step_s is None:
+                if t > env.now:
+                    yield env.timeout(delay_to(env.now, t))
+                if not self.holds:
+                    self._wake = env.event()
+                    yield self._wake
+                t = env.now
                 continue
+            end = t + step_s
+            if env.peek() <= end:
+                yield env.timeout(delay_to(env.now, end))
+            t = end
             self.commit(t)
             if progress is not None and self.steps.count % PROGRESS_EVERY == 0:
-                progress(self.finished)
-        yield env.timeout(max(0.0, t - env.now))
+                progress(self.rec.finished)
 
     def step_log(self) -> StepLog:
         return self.steps.log()

@@ -27,6 +27,7 @@ class RealRun:
     spec: RunSpec  # with the drafter's gamma
     texts: list[dict]  # per request: request_id, prompt_id, domain, output_tokens, text
     backend: RealBackend
+    outputs: list[list[int]]  # per request: the token ids the engine recorded
 
 
 def load_models(target: str, drafter: str | Path | None):
@@ -100,6 +101,8 @@ def run_real(
         temperatures=temperatures,
     )
     result = run_engine(spec, work.workload, backend, clock, progress)
+    counts = result.requests["output_tokens"].tolist()
+    outputs = [backend.text_tokens(i, n) for i, n in enumerate(counts)]
     texts = [
         {
             "request_id": i,
@@ -108,9 +111,9 @@ def run_real(
             "output_tokens": len(out),
             "text": target.decode(out),
         }
-        for i, (p, out) in enumerate(zip(work.prompts, backend.outputs, strict=True))
+        for i, (p, out) in enumerate(zip(work.prompts, outputs, strict=True))
     ]
-    return RealRun(result, spec, texts, backend)
+    return RealRun(result, spec, texts, backend, outputs)
 
 
 def write_real_run(run: RealRun, out: str | Path) -> None:

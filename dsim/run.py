@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +67,8 @@ class RunResult:
     summary: dict
     steps: StepLog  # every replica's steps, replica by replica
     requested: np.ndarray  # output tokens the workload asked for (a cap in real mode)
+    replica_steps: list[StepLog] = field(default_factory=list)  # each replica's own steps
+    replica_work: list[int] = field(default_factory=list)  # tokens each still owed at the end
 
 
 def _window(text: str) -> tuple[float, float | None]:
@@ -147,7 +149,8 @@ def run_engine(
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
     if records.finished != n:  # every request ends; anything else is an engine bug
         raise RuntimeError(f"{n - records.finished} of {n} requests never finished")
-    return RunResult(requests, summary, steps, workload.output_tokens)
+    work = [r.work for r in cluster.replicas]
+    return RunResult(requests, summary, steps, workload.output_tokens, logs, work)
 
 
 def write_run(result: RunResult, spec: RunSpec, out: str | Path) -> None:

@@ -1,4 +1,4 @@
-"""`dsim run`: simulate one replica. Its workload and engine options are shared with
+"""`dsim run`: simulate a replica or a cluster of them. Its workload and engine options are shared with
 `dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ PREFILL_CHUNK = typer.Option(2048, help="Prefill tokens per step (chunked prefil
 DRAFT_COST = typer.Option("ratio:0.1", help="0 | ratio:X | drafter profile CSV.")
 SLA_TPS = typer.Option(None, help="Per-user tok/s the schedulers must keep.")
 PROGRESS = typer.Option(True, help="Show a progress bar.")
+REPLICAS = typer.Option(
+    1, help="Replicas behind the router, each its own engine (docs/cluster.md)."
+)
+ROUTER = typer.Option("round-robin", help="round-robin | least-loaded | kv-aware")
+DISAGG = typer.Option(None, help="P:D prefill-only and decode replicas (replaces --replicas).")
+KV_LINK_GBPS = typer.Option(400.0, help="Prefill-to-decode KV link bandwidth, Gbit/s (--disagg).")
+KV_BYTES = typer.Option(None, help="KV bytes per token (default: the profile sidecar's model).")
 
 
 def show(result: RunResult, title: str) -> None:
@@ -67,9 +74,14 @@ def register(app: typer.Typer) -> None:
             help="STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
         ),
         out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
+        replicas: int = REPLICAS,
+        router: str = ROUTER,
+        disagg: str | None = DISAGG,
+        kv_link_gbps: float = KV_LINK_GBPS,
+        kv_bytes_per_token: float | None = KV_BYTES,
         progress: bool = PROGRESS,
     ) -> None:
-        """Simulate one replica serving a trace under a verification policy."""
+        """Simulate replicas serving a trace under a verification policy."""
         spec = RunSpec(
             trace,
             profile,
@@ -86,6 +98,11 @@ def register(app: typer.Typer) -> None:
             draft_cost,
             sla_tps,
             calibration,
+            replicas=replicas,
+            router=router,
+            disagg=disagg,
+            kv_link_gbps=kv_link_gbps,
+            kv_bytes_per_token=kv_bytes_per_token,
         )
         with progress_bar("simulating requests", total=None, enabled=progress) as update:
             result = simulate(spec, progress=update)

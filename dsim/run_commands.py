@@ -1,5 +1,5 @@
-"""`dsim run`: simulate a replica or a cluster of them. Its workload and engine options are shared with
-`dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
+"""`dsim run`: simulate a replica or a cluster of them. Its workload and engine options are
+shared with `dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
 
 from __future__ import annotations
 

@@ -217,10 +217,10 @@ def test_same_seed_same_cluster_results():
         (["--disagg", "1:1", "--kv-bytes-per-token", "nan"], "--kv-bytes-per-token must be"),
     ],
 )
-def test_bad_cluster_options(rejected, args, message):
+def test_bad_cluster_options(rejected, args, message):  # noqa: F811
     assert message in rejected(*args)
 
 
-def test_disagg_without_a_kv_size_names_the_profile(rejected, flat):
+def test_disagg_without_a_kv_size_names_the_profile(rejected, flat):  # noqa: F811
     err = rejected("--disagg", "1:1", "--profile", flat)
     assert flat in err and "--kv-bytes-per-token" in err

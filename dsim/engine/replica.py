@@ -216,11 +216,9 @@ class Replica:
             batch_tokens += r + total(lengths)
             decode = (lengths, acc, stop)
         completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
-        first_stop = (
-            self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
-            if completing
-            else None
-        )
+        first_stop = None
+        if completing:
+            first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
         if self.wall_clock:
             step_s = time.perf_counter() - started
         else:

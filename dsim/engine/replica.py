@@ -258,11 +258,9 @@ class Replica:
             batch_tokens += r + total(lengths)
             decode = (lengths, emitted, stop)
         completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
-        first_stop = (
-            self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
-            if completing
-            else None
-        )
+        first_stop = None
+        if completing:
+            first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
         step_s = self.clock.seconds(started, draft_s + self.latency.latency(batch_tokens, ctx))
         self.steps.add(now, step_s, r, batch_tokens, p, self.used_blocks)
         self._plan = (decode, takes, completing, first_stop)

@@ -139,6 +139,10 @@ def test_cluster_conserves_tokens_and_keeps_the_invariants(sim, kw):
         prefill = [s for s, p in zip(res.replica_steps, per, strict=True) if p["role"] == "prefill"]
         assert all((s.num_running == 0).all() for s in prefill)
         assert all(p["requests_finished"] == 0 for p in per if p["role"] == "prefill")
+        busy = [p["busy_fraction"] for p in per if p["role"] == "prefill"]
+        assert res.summary["prefill_busy_max"] == max(busy) > 0
+        decode = [p["mean_batch_size"] for p in per if p["role"] == "decode"]
+        assert min(decode) <= res.summary["mean_batch_size"] <= max(decode)
 
 
 def test_round_robin_balances_counts():

@@ -45,13 +45,16 @@ def check_positive(name: str, value: float) -> float:
 
 
 def kv_bytes_per_token(profile: str | Path, given: float | None) -> float:
-    """KV-cache bytes per token: `given`, else the profile sidecar's `kv_bytes_per_token`, else
-    2 (K and V) x layers x KV heads x head dim x dtype bytes from its `model_config`."""
+    """KV-cache bytes per token that one GPU of the replica holds (and sends over its own link,
+    the GPUs of a tensor-parallel replica moving their shards side by side): `given`, else the
+    profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else 2 (K and V) x
+    layers x KV heads x head dim x dtype bytes from its `model_config`."""
     if given is not None:
         return check_positive("kv-bytes-per-token", given)
     meta = profile_metadata(profile)
-    if "kv_bytes_per_token" in meta:
-        return check_positive("kv-bytes-per-token", meta["kv_bytes_per_token"])
+    for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
+        if key in meta:
+            return check_positive("kv-bytes-per-token", meta[key])
     cfg = meta.get("model_config", {})
     keys = ("num_hidden_layers", "num_key_value_heads", "head_dim")
     if all(k in cfg for k in keys) and meta.get("dtype") in DTYPE_BYTES:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dsim.cluster.topology import PREFILL
+from dsim.cluster.topology import PREFILL, joined
 from dsim.engine.steplog import StepLog
 from dsim.metrics import mean_batch_size
 
@@ -14,7 +14,9 @@ def replica_figures(
     requests: pd.DataFrame, logs: list[StepLog], roles: tuple[str, ...], duration: float
 ) -> dict:
     """`per_replica`: one entry per replica; `load_imbalance`: the most output tokens a
-    replica emitted over the mean, across the replicas that decode (1 = perfectly even)."""
+    replica emitted over the mean, across the replicas that decode (1 = perfectly even).
+    Disaggregated, also `prefill_busy_max` (the busiest prefill replica's busy fraction: near 1,
+    prefill limits the run) and `mean_batch_size` over the decode replicas' steps only."""
     finished_on = requests["replica"].to_numpy()
     tokens = requests["output_tokens"].to_numpy()
     per = []
@@ -35,4 +37,9 @@ def replica_figures(
         )
     served = np.array([p["output_tokens"] for p in per if p["role"] != PREFILL], np.float64)
     imbalance = float(served.max() / served.mean()) if served.sum() > 0 else float("nan")
-    return {"per_replica": per, "load_imbalance": imbalance}
+    out = {"per_replica": per, "load_imbalance": imbalance}
+    if PREFILL in roles:
+        out["prefill_busy_max"] = max(p["busy_fraction"] for p in per if p["role"] == PREFILL)
+        decode = [g for g, role in zip(logs, roles, strict=True) if role != PREFILL]
+        out["mean_batch_size"] = mean_batch_size(joined(decode))
+    return out

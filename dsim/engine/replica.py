@@ -76,12 +76,8 @@ class Replica:
     ) -> None:
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
-        self.rec, self.clock, self.index, self.handoff = (
-            records,
-            clock or ProfileClock(),
-            index,
-            handoff,
-        )
+        self.rec, self.index, self.handoff = records, index, handoff
+        self.clock = clock or ProfileClock()
         self.drafts = policy.drafts
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         self.waiting: deque[int] = deque()

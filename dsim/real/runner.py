@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
+from dsim.engine.clock import CLOCKS
 from dsim.errors import InputError
 from dsim.fileio import atomic_dir
 from dsim.hardware.latency import profile_metadata
@@ -17,8 +18,6 @@ from dsim.policies import Oracle, parse_policy
 from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
 from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run_files
-
-CLOCKS = ("profile", "wall")
 
 
 @dataclass

@@ -4,17 +4,22 @@ router properties, random streams, bad input (docs/cluster.md)."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import write_flat_profile, write_trace
+from conftest import ROOT, write_flat_profile, write_trace
 from test_bad_input import rejected  # noqa: F401  (the bad-input contract fixture)
 
 from dsim.cluster.router import KvAware, LeastLoaded, RoundRobin
 from dsim.cluster.topology import replica_rng
 from dsim.engine.clock import delay_to
+from dsim.errors import InputError
+from dsim.pareto.config import load_config
+from dsim.pareto.sweep import make_points, run_sweep
 from dsim.run import RunSpec, simulate
 
 L_MS = 10.0
@@ -228,3 +233,43 @@ def test_bad_cluster_options(rejected, args, message):  # noqa: F811
 def test_disagg_without_a_kv_size_names_the_profile(rejected, flat):  # noqa: F811
     err = rejected("--disagg", "1:1", "--profile", flat)
     assert flat in err and "--kv-bytes-per-token" in err
+
+
+def _sweep_config(tmp_path, load: str, run: str = "") -> Path:
+    profile = ROOT / "profiles/h200-qwen3-8b-roofline.csv"
+    text = f"""
+policies = ["mtp1"]
+[run]
+trace = "synthetic:rate=20,duration=4,prompt=200,output=40"
+profile = "{profile}"
+{run}
+[load]
+{load}
+"""
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    return path
+
+
+def test_pareto_sweeps_replicas_as_a_load_axis(tmp_path):
+    cfg = load_config(_sweep_config(tmp_path, "replicas = [1, 2]", 'router = "least-loaded"'))
+    specs = [s for _, _, s in cfg.specs()]
+    assert [s.replicas for s in specs] == [1, 2] and all(type(s.replicas) is int for s in specs)
+    assert all(s.router == "least-loaded" for s in specs)
+    table = run_sweep(make_points(cfg.specs()), tmp_path / "out", jobs=1)
+    assert table["load_imbalance"].notna().all() and "per_replica" not in table
+    one = simulate(specs[0]).summary
+    assert table["throughput_tok_s"].iloc[0] == one["throughput_tok_s"]
+
+
+@pytest.mark.parametrize(
+    ("load", "run", "message"),
+    [
+        ("replicas = [1, 2.5]", "", "load.replicas: values must be integers"),
+        ("rate_scale = [1]", 'disagg = "0:1"', "run: --disagg '0:1': needs at least 1"),
+        ("rate_scale = [1]", 'router = "nearest"', "run: --router 'nearest'"),
+    ],
+)
+def test_pareto_rejects_bad_cluster_settings(tmp_path, load, run, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_config(_sweep_config(tmp_path, load, run))

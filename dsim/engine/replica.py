@@ -43,14 +43,12 @@ from dsim.workload import Workload
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
+PROGRESS_EVERY = 2000  # steps between progress reports
 
 
 def total(x: np.ndarray) -> int:
     """Sum of a short int array, fast for the engine's typical batches."""
     return sum(x.tolist()) if len(x) < SHORT else int(x.sum())
-
-
-PROGRESS_EVERY = 2000  # steps between progress reports
 
 
 class Replica:
@@ -161,7 +159,8 @@ class Replica:
         pad = self.lookahead + self.cfg.block_size - 1
         while self.running:
             b = self.batch
-            need = (b[:, CTX] + pad) // self.cfg.block_size  # blocks never shrink: need >= held
+            # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
+            need = (b[:, CTX] + pad) // self.cfg.block_size
             grow = total(need - b[:, BLOCKS])
             if grow == 0:
                 return
@@ -181,7 +180,7 @@ class Replica:
         b = self.batch
         ids = b[rows, ID]
         self.rec.counters[ids] = b[rows][:, COUNTERS]
-        self.rec.counters[ids, 0] += self.rounds
+        self.rec.counters[ids, COUNTERS.index(ROUNDS)] += self.rounds
         self.rec.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
         stay = b[~rows]

@@ -51,6 +51,8 @@ def kv_bytes_per_token(profile: str | Path, given: float | None) -> float:
     layers x KV heads x head dim x dtype bytes from its `model_config`."""
     if given is not None:
         return check_positive("kv-bytes-per-token", given)
+    if not Path(profile).is_file():
+        raise InputError(profile, None, "file not found")
     meta = profile_metadata(profile)
     for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
         if key in meta:

@@ -55,7 +55,7 @@ class Replica:
     """Queues as a deque and a list; the decode batch as a matrix (see module doc).
 
     `work` is the replica's load as a router sees it: tokens still to prefill plus output
-    tokens still to emit, over every request it holds (queued, prefilling or running).
+    tokens it still has to emit, over every request it holds (queued, prefilling or running).
     """
 
     def __init__(
@@ -124,8 +124,8 @@ class Replica:
         self.waiting.append(i)
         if kv_ready:
             self.kv_ready.add(i)
-        else:
-            self.work += self._context(i) + self._left(i)
+        else:  # a prefill-only replica emits only the first token
+            self.work += self._context(i) + (1 if self.handoff else self._left(i))
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
@@ -311,18 +311,19 @@ class Replica:
             if np.isnan(rec.first_token[i]):
                 rec.first_token[i] = end
             ends = self._left(i) == 0 or (stop is not None and stop[k])
-            if ends or self.handoff is not None:
-                self.work -= self._left(i)
-                self.used_blocks -= blocks
-                self.backend.released(np.array([i]))
-            if ends:
-                rec.finish[i] = end
-                rec.replica[i] = self.index
-                rec.finished += 1
-            elif self.handoff is not None:  # a prefill-only replica: decode happens elsewhere
-                self.handoff(i, end)
-            else:
+            if not ends and self.handoff is None:
                 self._join(i, blocks, order)
+                continue
+            self.used_blocks -= blocks
+            self.backend.released(np.array([i]))
+            if not ends:  # a prefill-only replica: decode happens elsewhere
+                self.handoff(i, end)
+                continue
+            if self.handoff is None:
+                self.work -= self._left(i)  # an end-of-sequence token drops the rest
+            rec.finish[i] = end
+            rec.replica[i] = self.index
+            rec.finished += 1
 
     # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):

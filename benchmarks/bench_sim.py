@@ -1,27 +1,36 @@
 """Replay the whole Azure conv trace (19,366 requests, ~58 min) with fixed:3 and oracle.
 
 Prints wall time (and CPU time, which other processes on the machine do not inflate),
-simulated rounds per wall-second and peak memory of each run. Each policy
-runs in a fresh process so its peak RSS is its own. Target: under 20 s and 1 GB per run.
-Run: .venv/bin/python benchmarks/bench_sim.py [POLICY ...]
+simulated steps per wall-second, time per step and peak memory of each run. Each run is a
+fresh process, so its peak RSS is its own. Target: under 20 s and 1 GB per run.
+
+`--compare COMMIT` checks COMMIT out into a temporary worktree and runs it (A) and this
+checkout (B) alternately, A B A B, on the same policy, then prints each pair's ratio B/A of
+wall and CPU time per step (steps from the run's summary, since model changes may change
+their number). Alternating pairs keep a machine whose load drifts from favouring one side.
+Run: .venv/bin/python benchmarks/bench_sim.py [POLICY ...] [--compare 1e9b53c --pairs 2]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+HERE = Path(__file__).resolve().parent.parent
 
 
-def one(policy: str) -> dict:
+def one(policy: str, trace: str) -> dict:
     from dsim.run import RunSpec, simulate
 
     start, cpu0 = time.perf_counter(), time.process_time()
-    result = simulate(RunSpec(trace=TRACE, policy=policy))
+    result = simulate(RunSpec(trace=trace, policy=policy))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
     s = result.summary
     return {
@@ -31,20 +40,71 @@ def one(policy: str) -> dict:
         "cpu_s": round(cpu, 2),  # robust to other processes sharing the cores
         "steps": s["steps"],
         "steps_per_wall_s": round(s["steps"] / wall),
+        "us_per_step_wall": round(wall / s["steps"] * 1e6, 2),
+        "us_per_step_cpu": round(cpu / s["steps"] * 1e6, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "throughput_tok_s": round(s["throughput_tok_s"], 1),
     }
 
 
+def child(checkout: Path, policy: str, trace: str) -> dict:
+    """One run in a fresh process with `checkout`'s code on the path."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", policy, "--trace", trace]
+    env = {"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(cmd, cwd=checkout, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return "load " + " ".join(f.read().split()[:3])
+
+
+def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench_sim.") as tmp:
+        base = Path(tmp) / "base"
+        git = ["git", "-C", str(HERE), "worktree"]
+        subprocess.run(
+            [*git, "add", "--detach", str(base), commit], check=True, capture_output=True
+        )
+        try:
+            ratios = []
+            for k in range(pairs):
+                a, b = child(base, policy, trace), child(HERE, policy, trace)
+                for side, r in (("A " + commit, a), ("B this", b)):
+                    print(f"pair {k + 1} {side}: {json.dumps(r)} [{load()}]", flush=True)
+                wall = b["us_per_step_wall"] / a["us_per_step_wall"]
+                cpu = b["us_per_step_cpu"] / a["us_per_step_cpu"]
+                ratios.append((wall, cpu))
+                print(
+                    f"pair {k + 1} per-step ratio B/A: wall {wall:.3f}, cpu {cpu:.3f}", flush=True
+                )
+        finally:
+            subprocess.run([*git, "remove", "--force", str(base)], check=True)
+    walls, cpus = zip(*ratios, strict=True)
+    print(
+        f"{policy}: per-step B/A over {pairs} pairs: wall {min(walls):.3f}-{max(walls):.3f}, "
+        f"cpu {min(cpus):.3f}-{max(cpus):.3f} (target <= 0.5)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("policies", nargs="*", default=["fixed:3", "oracle"])
+    parser.add_argument("--trace", default=TRACE)
+    parser.add_argument("--compare", metavar="COMMIT", help="time against COMMIT, A B A B")
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one(args.child, args.trace)))
+    elif args.compare:
+        for policy in args.policies:
+            compare(args.compare, policy, args.trace, args.pairs)
+    else:
+        for policy in args.policies:
+            print(json.dumps(child(HERE, policy, args.trace)), f"[{load()}]", flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(one(sys.argv[2])))
-        sys.exit(0)
-    for policy in sys.argv[1:] or ["fixed:3", "oracle"]:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", policy],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        print(out.strip())
+    main()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dsim.engine.replica import StepLog
+from dsim.engine.steplog import StepLog
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -18,6 +18,7 @@ REQUEST_COLUMNS = (
     "verified_drafts",
     "accepted_drafts",
     "preemptions",
+    "replica",
 )
 
 
@@ -40,8 +41,18 @@ def _pct(values: pd.Series, q: float) -> float:
     return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
-def summarize(requests: pd.DataFrame, steps: StepLog, policy: str) -> dict[str, float | int | str]:
-    """The summary.json fields; tau counts the bonus token, verify budget counts 1 + drafts."""
+def mean_batch_size(steps: StepLog) -> float:
+    """Running requests per step, weighted by step time."""
+    busy = float(steps.latency_s.sum())
+    return float((steps.num_running * steps.latency_s).sum() / busy) if busy else 0.0
+
+
+def summarize(
+    requests: pd.DataFrame, steps: StepLog, policy: str, replicas: int = 1
+) -> dict[str, float | int | str]:
+    """The summary.json fields; tau counts the bonus token, verify budget counts 1 + drafts.
+    With several replicas `steps` holds all their steps: the batch size is per replica and the
+    busy fraction is of all replicas' time."""
     u = per_user(requests)
     duration = float(requests["finish_s"].max() - requests["arrival_s"].min())
     rounds = int(requests["rounds"].sum())
@@ -63,11 +74,9 @@ def summarize(requests: pd.DataFrame, steps: StepLog, policy: str) -> dict[str, 
         "accepted_length_mean": 1.0 + accepted / rounds if rounds else float("nan"),
         "verification_waste": (verified - accepted) / verified if verified else 0.0,
         "mean_verify_budget": 1.0 + verified / rounds if rounds else float("nan"),
-        "mean_batch_size": float((steps.num_running * steps.latency_s).sum() / busy)
-        if busy
-        else 0.0,
+        "mean_batch_size": mean_batch_size(steps),
         "rounds": rounds,
         "steps": len(steps.latency_s),
         "preemptions": int(requests["preemptions"].sum()),
-        "busy_fraction": busy / duration if duration > 0 else float("nan"),
+        "busy_fraction": busy / (duration * replicas) if duration > 0 else float("nan"),
     }

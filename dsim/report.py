@@ -43,6 +43,9 @@ def summary_table(summary: dict, title: str) -> Table:
     table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
     for key, (label, unit) in _LABELS.items():
         table.add_row(label, f"{summary[key]:.4g}", unit)
+    if len(summary.get("per_replica", ())) > 1:  # a cluster (docs/cluster.md)
+        table.add_row("replicas", str(len(summary["per_replica"])), "")
+        table.add_row("load imbalance", f"{summary['load_imbalance']:.4g}", "max/mean tokens")
     return table
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,13 +13,19 @@ import simpy
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number, parse_number
+from dsim.cluster.summary import replica_figures
+from dsim.cluster.topology import Cluster, check_topology, joined, replica_rng
 from dsim.engine.backend import Backend, Simulated
+from dsim.engine.clock import CLOCKS
 from dsim.engine.config import EngineConfig, drafter_kind, parse_draft_cost, parse_sched_cost
-from dsim.engine.replica import Replica, StepLog
+from dsim.engine.records import Records
+from dsim.engine.replica import Replica
+from dsim.engine.steplog import StepLog
+from dsim.errors import SimulationStuck
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import LatencyModel
 from dsim.inputs import recording
-from dsim.metrics import REQUEST_COLUMNS, summarize
+from dsim.metrics import summarize
 from dsim.policies import parse_policy
 from dsim.workload import Workload, load_workload
 
@@ -51,9 +57,15 @@ class RunSpec:
     calibration: str | None = None
     sched_cost: str = "auto"  # per-round cost of synchronous schedulers (docs/policies.md)
     drafter_kind: str = "auto"  # auto | block | ar | mtp1 (engine.config.drafter_kind)
+    replicas: int = 1
+    router: str = "round-robin"
+    disagg: str | None = None  # "P:D": prefill and decode replicas (replaces replicas)
+    kv_link_gbps: float = 400.0
+    kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
 
     def __post_init__(self) -> None:
-        """Every number finite and in range (a NaN rate or SLA would stall simulated time)."""
+        """Every number finite and in range (a NaN rate or SLA would stall simulated time);
+        the topology's own settings are checked by `check_topology`."""
         for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
             check_number(getattr(self, name), name, ge=1, integer=True)
         check_number(self.seed, "seed", ge=0, integer=True)
@@ -71,8 +83,10 @@ class RunSpec:
 class RunResult:
     requests: pd.DataFrame
     summary: dict
-    steps: StepLog
+    steps: StepLog  # every replica's steps, replica by replica
     requested: np.ndarray  # output tokens the workload asked for (a cap in real mode)
+    replica_steps: list[StepLog] = field(default_factory=list)  # each replica's own steps
+    replica_work: list[int] = field(default_factory=list)  # tokens each still owed at the end
 
 
 def _window(text: str) -> tuple[float, float | None]:
@@ -117,7 +131,8 @@ def _input_files(
 
 
 def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Build inputs from `spec`, run the replica with simulated acceptance."""
+    """Build inputs from `spec`, run its replicas with simulated acceptance."""
+    check_topology(spec)
     workload = load_spec_workload(spec)
     acceptance = parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
     return run_engine(spec, workload, Simulated(acceptance), progress=progress)
@@ -130,12 +145,15 @@ def run_engine(
     clock: str = "profile",
     progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
-    """Run one replica over `workload` with `backend` executing the rounds (simulated or real).
+    """Run the spec's replicas over `workload` with `backend` executing the rounds (simulated
+    or real). Each replica has its own engine, policy state and random stream
+    (`dsim.cluster.topology`); the backend and the per-request records are shared.
 
-    The spec gives the policy, engine limits, profile and drafter cost; its trace and acceptance
-    fields are ignored here (the caller built `workload` and `backend` from them).
+    The spec gives the policy, engine limits, topology, profile and drafter cost; its trace
+    and acceptance fields are ignored here (the caller built `workload` and `backend` from them).
     """
-    policy = parse_policy(spec.policy, spec.sla_tps)
+    check_topology(spec)
+    policy = parse_policy(spec.policy, spec.sla_tps)  # bad policies fail before anything runs
     cfg = EngineConfig(
         spec.gamma,
         spec.max_seqs,
@@ -145,35 +163,43 @@ def run_engine(
     )
     latency = LatencyModel.from_csv(spec.profile)
     draft_cost = parse_draft_cost(spec.draft_cost, drafter_kind(spec.policy, spec.drafter_kind))
+    n = len(workload)
+    records = Records.empty(n)
     rng = np.random.default_rng(spec.seed)
-    backend.bind(len(workload), rng)
-    replica = Replica(workload, latency, draft_cost, backend, policy, cfg, rng, clock)
+    backend.bind(n, rng)
+
+    def make_replica(k: int, handoff) -> Replica:
+        return Replica(
+            workload,
+            latency,
+            draft_cost,
+            backend,
+            parse_policy(spec.policy, spec.sla_tps),
+            cfg,
+            replica_rng(spec.seed, k, rng),
+            records,
+            CLOCKS[clock](),
+            k,
+            handoff,
+        )
+
     env = simpy.Environment()
-    report = None if progress is None else (lambda done: progress(done, len(workload)))
-    env.process(replica.process(env, report))
+    cluster = Cluster(env, spec, make_replica, workload.arrival_s, workload.prompt_tokens)
+    cluster.start(None if progress is None else (lambda done: progress(done, n)))
     env.run()
-    requests = pd.DataFrame(
-        {
-            "request_id": np.arange(len(workload), dtype=np.int64),
-            "arrival_s": workload.arrival_s,
-            "first_token_s": replica.first_token,
-            "finish_s": replica.finish,
-            "prompt_tokens": workload.prompt_tokens,
-            "output_tokens": replica.generated,
-            "rounds": replica.counters[:, 0],
-            "verified_drafts": replica.counters[:, 1],
-            "accepted_drafts": replica.counters[:, 2],
-            "preemptions": replica.preemptions,
-        },
-        columns=list(REQUEST_COLUMNS),
-    )
-    steps = replica.step_log()
-    summary = summarize(requests, steps, spec.policy)
+    requests = records.table(workload)
+    logs = cluster.step_logs()
+    steps = joined(logs)
+    summary = summarize(requests, steps, spec.policy, len(logs))
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
     summary["step_model"] = latency.describe()
     summary["drafter_kind"] = draft_cost.kind if policy.drafts else "none"
-    return RunResult(requests, summary, steps, workload.output_tokens)
+    summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
+    if records.finished != n:  # every request ends unless the engine stalled
+        raise SimulationStuck(f"{n - records.finished} of {n} requests never finished")
+    work = [r.work for r in cluster.replicas]
+    return RunResult(requests, summary, steps, workload.output_tokens, logs, work)
 
 
 def write_run(

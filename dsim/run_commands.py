@@ -1,5 +1,5 @@
-"""`dsim run`: simulate one replica. Its workload and engine options are shared with
-`dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
+"""`dsim run`: simulate a replica or a cluster of them. Its workload and engine options are
+shared with `dsim serve` (dsim/real/commands.py), which runs the same engine with real models."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ SCHED_COST = typer.Option(
     "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
 )
 PROGRESS = typer.Option(True, help="Show a progress bar.")
+REPLICAS = typer.Option(
+    1, help="Replicas behind the router, each its own engine (docs/cluster.md)."
+)
+ROUTER = typer.Option("round-robin", help="round-robin | least-loaded | kv-aware")
+DISAGG = typer.Option(None, help="P:D prefill-only and decode replicas (replaces --replicas).")
+KV_LINK_GBPS = typer.Option(400.0, help="Prefill-to-decode KV link bandwidth, Gbit/s (--disagg).")
+KV_BYTES = typer.Option(None, help="KV bytes per token (default: the profile sidecar's model).")
 
 
 def show(result: RunResult, title: str) -> None:
@@ -82,9 +89,14 @@ def register(app: typer.Typer) -> None:
             help="STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
         ),
         out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
+        replicas: int = REPLICAS,
+        router: str = ROUTER,
+        disagg: str | None = DISAGG,
+        kv_link_gbps: float = KV_LINK_GBPS,
+        kv_bytes_per_token: float | None = KV_BYTES,
         progress: bool = PROGRESS,
     ) -> None:
-        """Simulate one replica serving a trace under a verification policy."""
+        """Simulate replicas serving a trace under a verification policy."""
         spec = RunSpec(
             trace,
             profile,
@@ -103,6 +115,11 @@ def register(app: typer.Typer) -> None:
             calibration,
             sched_cost=sched_cost,
             drafter_kind=drafter_kind,
+            replicas=replicas,
+            router=router,
+            disagg=disagg,
+            kv_link_gbps=kv_link_gbps,
+            kv_bytes_per_token=kv_bytes_per_token,
         )
         if out is not None:
             check_output_dir(out, RUN_OWNER)  # before the work, not after it

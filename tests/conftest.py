@@ -42,8 +42,10 @@ def check_invariants(result: RunResult, spec: RunSpec) -> None:
     assert (req["first_token_s"] >= req["arrival_s"]).all()
     assert (req["finish_s"] >= req["first_token_s"]).all()
     assert (steps.kv_blocks_used <= result.summary["kv_capacity_blocks"]).all()
-    assert np.all(np.diff(steps.start_s) >= 0)
-    assert np.all(steps.start_s[:-1] + steps.latency_s[:-1] <= steps.start_s[1:] + 1e-9)
+    for log in result.replica_steps:  # each replica's steps follow each other
+        assert np.all(np.diff(log.start_s) >= 0)
+        assert np.all(log.start_s[:-1] + log.latency_s[:-1] <= log.start_s[1:] + 1e-9)
+    assert result.replica_work == [0] * len(result.replica_steps)  # every replica owes nothing
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
+from dsim.acceptance.prefix import leading_true
+
 
 @dataclass(frozen=True)
 class DomainModel:
@@ -84,7 +86,7 @@ class ParametricAcceptance:
             z = z + noise
         p = expit(z)
         ok = rng.random(z.shape) < p
-        accepted = np.cumprod(ok, axis=1).sum(axis=1)
+        accepted = leading_true(ok)
         conf = p if self.overconf == 1.0 else expit(self.overconf * z)
         return conf, accepted
 

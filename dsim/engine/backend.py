@@ -2,9 +2,10 @@
 
 The engine asks a backend for the running requests' confidences (the drafter's pass), lets the
 policy choose verify lengths, then asks the backend to verify them (the target's pass). A
-simulated backend replays an acceptance model: a request accepts min(true prefix, l) drafts. A
-real backend (`dsim.real`) runs the drafter and target, and can also end a request early (an
-end-of-sequence token), which the `stop` flags report.
+backend reports the tokens each request emitted and, with `stop` flags, which of them ended on
+an end-of-sequence token; it neither knows nor applies output caps (the engine does). A
+simulated backend replays an acceptance model: a request accepts min(true prefix, l) drafts and
+emits them plus the target's token. A real backend (`dsim.real`) runs the drafter and target.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Backend(Protocol):
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Accepted drafts per request for verify lengths `lengths`, and end-of-sequence flags."""
+        """Tokens emitted per request for verify lengths `lengths` (accepted drafts + 1, or up
+        to and including an end-of-sequence token) and end-of-sequence flags (None: none)."""
 
     def prefilled(self, idx: np.ndarray) -> np.ndarray | None:
         """Requests whose prefill completes this step; flags those whose first token ends them."""
@@ -49,7 +51,7 @@ class Simulated:
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
     ) -> tuple[np.ndarray, None]:
-        return np.minimum(truth, lengths), None
+        return np.minimum(truth, lengths) + 1, None
 
     def prefilled(self, idx: np.ndarray) -> None:
         return None

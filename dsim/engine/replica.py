@@ -4,54 +4,64 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
-to the step) and the backend again for the accepted drafts (told back to the policy's `observe`),
-(4) adds a chunk of prefill work, and (5) waits one step latency before committing the tokens:
-the hardware profile's latency for the step's verify and prefill work plus the drafter's passes
-(clock "profile", `LatencyModel.step`, `DraftCost`), or the measured wall
-time of the step's real work (clock "wall", for real-model backends).
+to the step) and the backend again for the accepted drafts (told back to the policy's
+`observe`), (4) adds a chunk of prefill work, and (5) takes one step latency before committing
+the tokens, as its clock says (`dsim.engine.clock`: the profile's latency for the step's verify
+and prefill work plus the drafter's passes, `LatencyModel.step` and `DraftCost`, or the
+measured wall time of a real-model step). The backend reports what each request emitted and
+whether it emitted an end-of-sequence token; the engine alone applies output caps and ends
+requests.
 
-The running batch lives in one int64 matrix (a row per request, a column per counter), so a
-round is a few in-place numpy operations over the batch, whatever its size; rows leave the
-matrix, and their counters go back to the per-request arrays, only when a request finishes or
-is preempted.
+Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
+request's KV has been transferred) and results go to a `Records` object, which every replica
+of a cluster shares. A prefill-only replica hands each prefilled request on (`handoff`).
+
+The running batch lives in the first rows of one preallocated int64 matrix (a row per request,
+a column per counter), so a round is a few in-place numpy operations over the batch, whatever
+its size; rows leave the matrix, and their counters go back to the per-request arrays, only
+when a request finishes or is preempted. The replica keeps its own clock and hands control to
+simpy only when another process has an event due first (see `process`), so a run is not one
+simpy event per step.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from dsim.engine.backend import Backend
+from dsim.engine.clock import Clock, ProfileClock, WallClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
+from dsim.engine.records import Records
+from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix.
+# Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
+# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it.
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
+SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
+PROGRESS_EVERY = 2000  # steps between progress reports
 
 
-@dataclass
-class StepLog:
-    """Per-step engine state, for invariants and load plots."""
-
-    start_s: np.ndarray
-    latency_s: np.ndarray
-    num_running: np.ndarray
-    batch_tokens: np.ndarray
-    prefill_tokens: np.ndarray
-    kv_blocks_used: np.ndarray
+def total(x: np.ndarray) -> int:
+    """Sum of a short int array, fast for the engine's typical batches."""
+    return sum(x.tolist()) if len(x) < SHORT else int(x.sum())
 
 
 class Replica:
-    """Queues and per-request records as arrays; the decode batch as a matrix (see module doc)."""
+    """Queues as a deque and a list; the decode batch as a matrix (see module doc).
+
+    `work` is the replica's load as a router sees it: tokens still to prefill plus output
+    tokens it still has to emit, over every request it holds (queued, prefilling or running).
+    """
 
     def __init__(
         self,
@@ -62,27 +72,36 @@ class Replica:
         policy,
         cfg: EngineConfig,
         rng: np.random.Generator,
-        clock: str = "profile",
+        records: Records,
+        clock: Clock | None = None,
+        index: int = 0,
+        handoff: Callable[[int, float], None] | None = None,
     ) -> None:
-        n = len(workload)
         self.w, self.latency, self.draft_cost = workload, latency, draft_cost
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
-        self.wall_clock = clock == "wall"
-        self.lookahead = 1 + (cfg.gamma if policy.drafts else 0)
-        self.synchronous = getattr(policy, "synchronous", False) and not self.wall_clock
-        self.generated = np.zeros(n, np.int64)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.counters = np.zeros((n, len(COUNTERS)), np.int64)
-        self.preemptions = np.zeros(n, np.int64)
+        self.rec, self.index, self.handoff = records, index, handoff
+        self.clock = clock or ProfileClock()
+        self.drafts = policy.drafts
+        # A synchronous policy needs this round's confidences on the host before the verify
+        # pass can start: its scheduling cost is on the critical path (profile clock only).
+        self.synchronous = getattr(policy, "synchronous", False) and not isinstance(
+            self.clock, WallClock
+        )
+        self.observe = getattr(policy, "observe", None)
+        self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         self.waiting: deque[int] = deque()
+        self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
+        self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
-        self.batch = np.zeros((0, 8), np.int64)
-        self.next_arrival = 0
+        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
+        self.running = 0
+        self.rounds = 0  # decode rounds run so far
+        self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
         self.admissions = 0
         self.used_blocks = 0
-        self.finished = 0
-        self.log: list[tuple[float, float, int, int, int, int]] = []
+        self.steps = StepRecorder()
+        self._plan: tuple = ()  # what the step in flight commits when it ends
+        self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
         self._check_fits()
 
     def _check_fits(self) -> None:
@@ -100,49 +119,104 @@ class Replica:
     def _blocks_for(self, tokens):
         return -(-tokens // self.cfg.block_size)
 
+    @property
+    def free_blocks(self) -> int:
+        return self.cfg.kv_blocks - self.used_blocks
+
+    @property
+    def holds(self) -> int:
+        """Requests on the replica: queued, prefilling or running."""
+        return len(self.waiting) + len(self.prefilling) + self.running
+
+    # -- requests pushed in -----------------------------------------------------------------
+    def arrive(self, i: int, kv_ready: bool = False) -> None:
+        """Request i joins the queue; with `kv_ready` its prompt's KV is already here (sent by
+        a prefill replica, announced by `expect`), so it skips prefill. Wakes an idle replica."""
+        self.waiting.append(i)
+        if kv_ready:
+            self.kv_ready.add(i)
+        else:  # a prefill-only replica emits only the first token
+            self.work += self._context(i) + (1 if self.handoff else self._left(i))
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
+
+    def expect(self, i: int) -> None:
+        """Request i's KV is on its way here: its output counts as this replica's load now."""
+        self.work += self._left(i)
+
     # -- admission, KV growth, preemption -------------------------------------------------
-    def _admit(self, now: float) -> None:
-        arrival = self.w.arrival_s
-        if self.next_arrival < len(arrival) and arrival[self.next_arrival] <= now:
-            arrived = int(np.searchsorted(arrival, now, side="right"))
-            self.waiting.extend(range(self.next_arrival, arrived))
-            self.next_arrival = arrived
-        while self.waiting and len(self.batch) + len(self.prefilling) < self.cfg.max_seqs:
+    def _context(self, i: int) -> int:
+        return int(self.w.prompt_tokens[i] + self.rec.generated[i])
+
+    def _admit(self) -> None:
+        while self.waiting and self.running + len(self.prefilling) < self.cfg.max_seqs:
             i = self.waiting[0]
-            context = int(self.w.prompt_tokens[i] + self.generated[i])
+            context = self._context(i)
             need = self._blocks_for(context + 1)
             if self.used_blocks + need > self.cfg.kv_blocks:
                 break
             self.waiting.popleft()
             self.used_blocks += need
-            self.prefilling.append([i, context, need, self.admissions])
+            if i in self.kv_ready:
+                self.kv_ready.discard(i)
+                self._join(i, need, self.admissions)
+            else:
+                self.prefilling.append([i, context, need, self.admissions])
             self.admissions += 1
 
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
-        while len(self.batch):
+        pad = self.lookahead + self.cfg.block_size - 1
+        while self.running:
             b = self.batch
-            need = self._blocks_for(b[:, CTX] + self.lookahead)
-            grow = int(need.sum() - b[:, BLOCKS].sum())
+            # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
+            need = (b[:, CTX] + pad) // self.cfg.block_size
+            grow = total(need - b[:, BLOCKS])
+            if grow == 0:
+                return
             if self.used_blocks + grow <= self.cfg.kv_blocks:
                 b[:, BLOCKS] = need
                 self.used_blocks += grow
                 return
             victim = int(np.argmax(b[:, ORDER]))
             i = int(b[victim, ID])
-            self.preemptions[i] += 1
+            self.rec.preemptions[i] += 1
             self.waiting.appendleft(i)
             self._leave(np.arange(len(b)) == victim)
+            self.work += self._context(i)  # its KV is gone: the whole context is prefilled again
 
     def _leave(self, rows: np.ndarray) -> None:
         """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
         b = self.batch
         ids = b[rows, ID]
-        self.counters[ids] = b[rows][:, COUNTERS]
-        self.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
+        self.rec.counters[ids] = b[rows][:, COUNTERS]
+        self.rec.counters[ids, COUNTERS.index(ROUNDS)] += self.rounds
+        self.rec.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
         self.used_blocks -= int(b[rows, BLOCKS].sum())
-        self.batch = b[~rows]
+        stay = b[~rows]
+        self.running = len(stay)
+        self.rows[: self.running] = stay
+        self.batch = self.rows[: self.running]
         self.backend.released(ids)
+
+    def _join(self, i: int, blocks: int, order: int) -> None:
+        """Request i, prefilled, joins the batch with its saved counters."""
+        row = self.rows[self.running]
+        row[:ROUNDS] = (
+            i,
+            self._context(i),
+            self._left(i),
+            blocks,
+            order,
+        )
+        row[ROUNDS:] = self.rec.counters[i]
+        row[ROUNDS] -= self.rounds
+        self.running += 1
+        self.batch = self.rows[: self.running]
+
+    def _left(self, i: int) -> int:
+        return int(self.w.output_tokens[i] - self.rec.generated[i])
 
     # -- one step -----------------------------------------------------------------------------
     def _prefill_chunks(self) -> list[int]:
@@ -155,76 +229,89 @@ class Replica:
             budget -= take
         return takes
 
-    def step(self, now: float) -> tuple[float, Callable[[float], None]] | None:
-        """Plan one step at time `now`: its latency and the commit to run when it ends."""
-        started = time.perf_counter()
-        self._admit(now)
+    def _prefill_context(self, takes: list[int]) -> int:
+        """KV tokens the step's prefill chunks attend over (done so far plus this chunk)."""
+        return sum(
+            self._context(e[0]) - e[1] + t
+            for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
+        )
+
+    def _sps(
+        self, draft_s: float, r: int, ctx: float, prefill: tuple[int, int, float]
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """Steps per second of a round verifying B tokens over the step's R sequences, drafter,
+        scheduler and prefill work included."""
+        return lambda x: 1.0 / (draft_s + self.latency.step(x, r, ctx, *prefill))
+
+    def step(self, now: float) -> float | None:
+        """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
+        started = self.clock.start()
+        self._admit()
         self._reserve_decode_blocks()
         b = self.batch
-        takes = self._prefill_chunks()
+        takes = self._prefill_chunks() if self.prefilling else []
         r, p = len(b), sum(takes)
         if r == 0 and p == 0:
             return None
-        prefill = self.prefilling[: len(takes)]
-        # Verify context: the running requests' mean KV; prefill: each chunk's end context.
-        ctx = float(b[:, CTX].mean()) if r else 0.0
-        p_ctx = sum(
-            int(self.w.prompt_tokens[e[0]] + self.generated[e[0]]) - e[1] + t
-            for e, t in zip(prefill, takes, strict=True)
-        ) / max(len(takes), 1)
-        prefill_work = (p, len(takes), p_ctx)
-        draft_s, lengths, acc, stop, verify_tokens = 0.0, None, None, None, 0
+        # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
+        ctx = total(b[:, CTX]) / r if r else 0.0
+        p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
+        prefill = (p, len(takes), p_ctx)
+        draft_s, decode, verify_tokens = 0.0, None, 0
         if r:
             ids = b[:, ID]
             conf, truth = self.backend.draw(ids, self.rng)
-            if self.policy.drafts:
+            if self.drafts:
                 draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, self.latency)
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
-            lengths = self.policy.lengths(
-                conf,
-                lambda x: 1.0 / (draft_s + self.latency.step(x, r, ctx, *prefill_work)),
-                truth,
-            )
-            acc, stop = self.backend.verify(ids, lengths, truth)
-            if hasattr(self.policy, "observe"):
-                self.policy.observe(lengths, acc)
-            verify_tokens = r + int(lengths.sum())
-        completing = [e for e, t in zip(prefill, takes, strict=True) if e[1] == t]
-        first_stop = (
-            self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
-            if completing
-            else None
-        )
-        if self.wall_clock:
-            step_s = time.perf_counter() - started
-        else:
-            step_s = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill_work)
-        self.log.append((now, step_s, r, verify_tokens + p, p, self.used_blocks))
+            lengths = self.policy.lengths(conf, self._sps(draft_s, r, ctx, prefill), truth)
+            emitted, stop = self.backend.verify(ids, lengths, truth)
+            if self.observe is not None:
+                self.observe(lengths, emitted - 1)
+            verify_tokens = r + total(lengths)
+            decode = (lengths, emitted, stop)
+        completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
+        first_stop = None
+        if completing:
+            first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
+        modelled = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill)
+        step_s = self.clock.seconds(started, modelled)
+        self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)
+        self._plan = (decode, takes, completing, first_stop)
+        return step_s
 
-        def commit(end: float) -> None:
-            if r:
-                self._commit_decode(lengths, acc, stop, end)
+    def commit(self, end: float) -> None:
+        """End the planned step at time `end`: emit its tokens, finish and move requests."""
+        decode, takes, completing, first_stop = self._plan
+        if decode is not None:
+            self._commit_decode(*decode, end)
+        if takes:
             self._commit_prefill(takes, completing, first_stop, end)
 
-        return step_s, commit
-
     def _commit_decode(
-        self, lengths: np.ndarray, acc: np.ndarray, stop: np.ndarray | None, end: float
+        self, lengths: np.ndarray, emitted: np.ndarray, stop: np.ndarray | None, end: float
     ) -> None:
+        """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
+        to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
         b = self.batch
-        emit = np.minimum(acc + 1, b[:, LEFT])
+        left = b[:, LEFT]
+        emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
-            b[stop, LEFT] = emit[stop]
+            self.work -= total(left[stop] - emit[stop])
+            left[stop] = emit[stop]
+        self.work -= total(emit)
         b[:, CTX] += emit
-        b[:, LEFT] -= emit
-        b[:, ROUNDS] += 1
+        left -= emit
         b[:, VERIFIED] += lengths
-        b[:, ACCEPTED] += acc
-        done = b[:, LEFT] == 0
-        if done.any():
-            self.finish[b[done, ID]] = end
-            self.finished += int(done.sum())
+        b[:, ACCEPTED] += emitted - 1
+        self.rounds += 1
+        if np.count_nonzero(left) < len(left):
+            done = left == 0
+            ids = b[done, ID]
+            self.rec.finish[ids] = end
+            self.rec.replica[ids] = self.index
+            self.rec.finished += len(ids)
             self._leave(done)
 
     def _commit_prefill(
@@ -232,53 +319,71 @@ class Replica:
     ) -> None:
         for entry, take in zip(self.prefilling, takes, strict=False):  # takes: a prefix
             entry[1] -= take
+        self.work -= sum(takes)
         if not completing:
             return
         self.prefilling = [e for e in self.prefilling if e[1] > 0]
-        for k, (i, _, blocks, order) in enumerate(
-            completing
-        ):  # prefill emits a token (docs/design.md, The replica step)
-            self.generated[i] += 1
-            if np.isnan(self.first_token[i]):
-                self.first_token[i] = end
-            left = int(self.w.output_tokens[i] - self.generated[i])
-            if left == 0 or (stop is not None and stop[k]):
-                self.finish[i] = end
-                self.finished += 1
-                self.used_blocks -= blocks
-                self.backend.released(np.array([i]))
+        # prefill emits a token (docs/design.md, The replica step)
+        rec = self.rec
+        for k, (i, _, blocks, order) in enumerate(completing):
+            rec.generated[i] += 1
+            self.work -= 1
+            if np.isnan(rec.first_token[i]):
+                rec.first_token[i] = end
+            ends = self._left(i) == 0 or (stop is not None and stop[k])
+            if not ends and self.handoff is None:
+                self._join(i, blocks, order)
                 continue
-            row = [i, int(self.w.prompt_tokens[i] + self.generated[i]), left, blocks, order]
-            self.batch = np.vstack([self.batch, [*row, *self.counters[i]]])
+            self.used_blocks -= blocks
+            self.backend.released(np.array([i]))
+            if not ends:  # a prefill-only replica: decode happens elsewhere
+                self.handoff(i, end)
+                continue
+            if self.handoff is None:
+                self.work -= self._left(i)  # an end-of-sequence token drops the rest
+            rec.finish[i] = end
+            rec.replica[i] = self.index
+            rec.finished += 1
 
+    # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
-        """The simpy process: step until every request has finished."""
-        n, stalled = len(self.w), 0
-        while self.finished < n:
-            planned = self.step(env.now)
-            if planned is None:  # idle: sleep until the next arrival
-                if self.next_arrival >= n:
-                    raise SimulationStuck(f"idle at t={env.now:g} s with {self._state()}")
-                yield env.timeout(self.w.arrival_s[self.next_arrival] - env.now)
+        """The simpy process: step while there is work, sleep until a request is pushed.
+
+        Steps follow each other on the replica's own clock `t` (each step ends at t + its
+        latency), so results do not depend on how often it yields. Before moving `t` to or past
+        another process's next event it yields until then, so that process sees this replica as
+        a per-step timeout would show it (a step planned, not yet committed) and a request pushed
+        at a step's end is admitted by the next step. Idle, it first brings simpy's time up to
+        `t` (so env.now ends at the last step's end), then waits to be woken by `arrive`.
+        """
+        t, stalled = env.now, 0
+        while True:
+            step_s = self.step(t)
+            if step_s is None:
+                if t > env.now:
+                    yield env.timeout(delay_to(env.now, t))
+                if not self.holds:
+                    self._wake = env.event()
+                    yield self._wake
+                t = env.now
                 continue
-            step_s, commit = planned
             stalled = stalled + 1 if not step_s > 0 else 0  # NaN counts as no progress
-            if stalled > MAX_STALLED_STEPS or not np.isfinite(step_s) or step_s < 0:
-                raise SimulationStuck(
-                    f"step of {step_s!r} s at t={env.now:g} s with {self._state()}"
-                )
-            yield env.timeout(step_s)
-            commit(env.now)
-            if progress is not None and len(self.log) % 2000 == 0:
-                progress(self.finished)
+            if stalled > MAX_STALLED_STEPS or not math.isfinite(step_s) or step_s < 0:
+                raise SimulationStuck(f"step of {step_s!r} s at t={t:g} s with {self._state()}")
+            end = t + step_s
+            if env.peek() <= end:
+                yield env.timeout(delay_to(env.now, end))
+            t = end
+            self.commit(t)
+            if progress is not None and self.steps.count % PROGRESS_EVERY == 0:
+                progress(self.rec.finished)
 
     def _state(self) -> str:
         return (
-            f"{self.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
-            f"{len(self.prefilling)} prefilling, {len(self.batch)} decoding, "
+            f"{self.rec.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
+            f"{len(self.prefilling)} prefilling, {self.running} decoding, "
             f"{self.used_blocks}/{self.cfg.kv_blocks} KV blocks"
         )
 
     def step_log(self) -> StepLog:
-        cols = np.array(self.log, dtype=np.float64).reshape(-1, 6).T
-        return StepLog(cols[0], cols[1], *(c.astype(np.int64) for c in cols[2:]))
+        return self.steps.log()

@@ -13,7 +13,8 @@ Layout (every key but `policies` and the load axis is optional)::
 
     [load]                            # exactly one axis
     rate_scale = [1, 2, 4, 8]         # arrival-rate scale factors, or
-    # max_seqs = [8, 32, 128]         # caps on concurrent requests
+    # max_seqs = [8, 32, 128]         # caps on concurrent requests, or
+    # replicas = [1, 2, 4]            # replicas behind run.router (docs/cluster.md)
 
     [sla]
     anchors = [40, 80]                # minimum per-user tok/s
@@ -31,13 +32,15 @@ from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number
+from dsim.cluster.topology import check_topology
 from dsim.engine.config import drafter_kind, parse_draft_cost, parse_sched_cost
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
 from dsim.run import RunSpec, load_spec_workload
 
-LOAD_AXES = ("rate_scale", "max_seqs")
+LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
+INTEGER_AXES = ("max_seqs", "replicas")
 _TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "sla"}
 _RUN_TYPES = get_type_hints(RunSpec)
 _RUN_KEYS = [f.name for f in fields(RunSpec) if f.name != "policy"]
@@ -73,7 +76,7 @@ class SweepConfig:
 
 
 def _axis(cfg: SweepConfig, load: float) -> float | int:
-    return int(load) if cfg.load_axis == "max_seqs" else float(load)
+    return int(load) if cfg.load_axis in INTEGER_AXES else float(load)
 
 
 def load_config(path: str | Path) -> SweepConfig:
@@ -126,6 +129,7 @@ def _check_inputs(check: _Checker, spec: RunSpec) -> None:
         "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
     )
     check.wrap("run.trace", lambda: load_spec_workload(spec))
+    check.wrap("run", lambda: check_topology(spec))
 
 
 class _Checker:
@@ -226,8 +230,8 @@ class _Checker:
             self.fail(f"load.{axis}", "needs at least one value")
         if len(set(values)) != len(values):
             self.fail(f"load.{axis}", "lists a value twice")
-        if axis == "max_seqs" and any(v != int(v) for v in values):
-            self.fail("load.max_seqs", "values must be integers")
+        if axis in INTEGER_AXES and any(v != int(v) for v in values):
+            self.fail(f"load.{axis}", "values must be integers")
         return axis, sorted(values)
 
 

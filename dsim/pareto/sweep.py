@@ -183,7 +183,7 @@ def run_sweep(
                 progress(done)
     rows = [
         {"policy": p.policy, "load": p.load, "seed": p.spec.seed, "point": p.key}
-        | dict(sorted(summaries[p.key].items()))
+        | {k: v for k, v in sorted(summaries[p.key].items()) if not isinstance(v, list | dict)}
         for p in points
-    ]  # summary fields sorted: the same columns whether a point was run now or read back
+    ]  # scalar summary fields, sorted: the same columns whether a point was run now or read back
     return pd.DataFrame(rows)

@@ -8,8 +8,9 @@ rejection-samples with `dsim.models.sampling.verify`, commits the accepted prefi
 and reports an end-of-sequence token as a stop. `prefilled` runs the prompt (plus the tokens
 already generated, after a preemption) and samples the first new token there.
 
-Tokens past the request's output cap or past an end-of-sequence token are dropped here exactly
-as the engine drops them, so the texts and the engine's token counts always agree.
+`verify` reports the tokens each request emitted (cut after an end-of-sequence token, which it
+flags); output caps are the engine's: a request's text is its first `output_tokens` tokens
+(`text_tokens`), the count the engine recorded.
 """
 
 from __future__ import annotations
@@ -114,19 +115,18 @@ class RealBackend:
             else p_target[:, :0]
         )
         verdict = verify(drafts, p_draft, p_target, lengths_t, self.generator, self.greedy)
-        accepted = verdict.accepted.numpy().copy()
+        accepted = verdict.accepted.numpy()
+        emitted = np.zeros(len(rows), dtype=np.int64)
         stop = np.zeros(len(rows), dtype=bool)
         for k, r in enumerate(rows):
             n = int(accepted[k])
-            emitted = [*drafts[k, :n].tolist(), int(verdict.next_token[k])]
-            kept, stop[k] = self._emit(r, emitted)
-            if stop[k]:
-                accepted[k] = kept - 1  # drafts after the end-of-sequence token do not count
+            tokens = [*drafts[k, :n].tolist(), int(verdict.next_token[k])]
+            emitted[k], stop[k] = self._emit(r, tokens)
             self.passes.store.commit(r, 1 + n)
             self.hidden[r] = states[int(starts[k]) + n].clone()
-            self.anchor[r] = emitted[-1]
+            self.anchor[r] = tokens[-1]
         self._draft = None
-        return accepted, stop
+        return emitted, stop
 
     def prefilled(self, idx: np.ndarray) -> np.ndarray:
         """Run each request's prompt (+ tokens generated before a preemption) through the
@@ -155,15 +155,19 @@ class RealBackend:
 
     # -- helpers ------------------------------------------------------------------------------
     def _emit(self, r: int, tokens: list[int]) -> tuple[int, bool]:
-        """Append `tokens` to request r's output, cut at its cap and at end-of-sequence;
-        returns how many were kept and whether an end-of-sequence token ended the request."""
-        tokens = tokens[: max(0, int(self.caps[r]) - len(self.outputs[r]))]
+        """Append `tokens` to request r's output, cut after an end-of-sequence token; returns
+        how many it emitted and whether an end-of-sequence token ended the request."""
         eos = self.target.eos_id
         ended = eos in tokens
         if ended:
             tokens = tokens[: tokens.index(eos) + 1]
         self.outputs[r].extend(tokens)
         return len(tokens), ended
+
+    def text_tokens(self, r: int, n: int) -> list[int]:
+        """Request r's output as the engine recorded it: its first n tokens (the engine cut the
+        last round at the output cap)."""
+        return self.outputs[r][:n]
 
     def history(self, r: int) -> list[int]:
         """Request r's full token sequence so far (prompt + output)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
+from dsim.engine.clock import CLOCKS
 from dsim.errors import InputError
 from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
@@ -17,8 +18,6 @@ from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
 from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run
 
-CLOCKS = ("profile", "wall")
-
 
 @dataclass
 class RealRun:
@@ -26,6 +25,7 @@ class RealRun:
     spec: RunSpec  # with the drafter's gamma
     texts: list[dict]  # per request: request_id, prompt_id, domain, output_tokens, text
     backend: RealBackend
+    outputs: list[list[int]]  # per request: the token ids the engine recorded
 
 
 def load_models(target: str, drafter: str | Path | None):
@@ -106,6 +106,8 @@ def run_real(
         temperatures=temperatures,
     )
     result = run_engine(spec, work.workload, backend, clock, progress)
+    counts = result.requests["output_tokens"].tolist()
+    outputs = [backend.text_tokens(i, n) for i, n in enumerate(counts)]
     texts = [
         {
             "request_id": i,
@@ -114,9 +116,9 @@ def run_real(
             "output_tokens": len(out),
             "text": target.decode(out),
         }
-        for i, (p, out) in enumerate(zip(work.prompts, backend.outputs, strict=True))
+        for i, (p, out) in enumerate(zip(work.prompts, outputs, strict=True))
     ]
-    return RealRun(result, spec, texts, backend)
+    return RealRun(result, spec, texts, backend, outputs)
 
 
 def write_real_run(run: RealRun, out: str | Path) -> None:

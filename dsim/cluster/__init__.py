@@ -1,0 +1,1 @@
+"""Several replicas behind a router, optionally with prefill and decode disaggregated."""

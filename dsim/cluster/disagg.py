@@ -1,0 +1,99 @@
+"""Prefill/decode disaggregation: `--disagg P:D` and the KV link between the two pools.
+
+A prefill replica runs prompts only; when a prompt's last chunk completes it emits the first
+token (the project's convention: the prefill step emits it, so TTFT ends there) and hands the
+request on. At that instant the router picks a decode replica, the prompt's KV crosses the
+link (prompt tokens x bytes per token at the link's bandwidth) and the request joins that
+replica's queue when its KV has arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from dsim.cluster.router import Router
+from dsim.engine.clock import delay_to
+from dsim.engine.replica import Replica
+from dsim.errors import InputError
+from dsim.hardware.latency import profile_metadata
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8": 1}
+
+
+def parse_disagg(text: str) -> tuple[int, ...]:
+    """`P:D` -> (prefill replicas, decode replicas), each at least 1."""
+    try:
+        counts = tuple(int(x) for x in text.split(":"))
+    except ValueError:
+        counts = ()
+    if len(counts) != 2:
+        raise InputError(None, None, f"--disagg {text!r}: expected P:D (two whole numbers)")
+    if min(counts) < 1:
+        raise InputError(None, None, f"--disagg {text!r}: needs at least 1 prefill and 1 decode")
+    return counts
+
+
+def check_positive(name: str, value: float) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise InputError(None, None, f"--{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def kv_bytes_per_token(profile: str | Path, given: float | None) -> float:
+    """KV-cache bytes per token that one GPU of the replica holds (and sends over its own link,
+    the GPUs of a tensor-parallel replica moving their shards side by side): `given`, else the
+    profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else 2 (K and V) x
+    layers x KV heads x head dim x dtype bytes from its `model_config`."""
+    if given is not None:
+        return check_positive("kv-bytes-per-token", given)
+    if not Path(profile).is_file():
+        raise InputError(profile, None, "file not found")
+    meta = profile_metadata(profile)
+    for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
+        if key in meta:
+            return check_positive("kv-bytes-per-token", meta[key])
+    cfg = meta.get("model_config", {})
+    keys = ("num_hidden_layers", "num_key_value_heads", "head_dim")
+    if all(k in cfg for k in keys) and meta.get("dtype") in DTYPE_BYTES:
+        layers, heads, dim = (int(cfg[k]) for k in keys)
+        return float(2 * layers * heads * dim * DTYPE_BYTES[meta["dtype"]])
+    raise InputError(
+        profile,
+        None,
+        "no KV size in the profile's sidecar (model_config): give --kv-bytes-per-token",
+    )
+
+
+class KvLink:
+    """Moves prefilled requests to decode replicas (see the module doc)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        decode: Sequence[Replica],
+        router: Router,
+        prompt_tokens: np.ndarray,
+        bytes_per_token: float,
+        gbps: float,
+    ) -> None:
+        self.env, self.decode, self.router = env, decode, router
+        self.prompt_tokens = prompt_tokens
+        self.seconds_per_token = bytes_per_token * 8 / (check_positive("kv-link-gbps", gbps) * 1e9)
+
+    def transfer_s(self, i: int) -> float:
+        return float(self.prompt_tokens[i]) * self.seconds_per_token
+
+    def handoff(self, i: int, at: float) -> None:
+        """Request i's prefill ended at `at` (a prefill replica's clock, >= env.now)."""
+        self.env.timeout(delay_to(self.env.now, at)).callbacks.append(lambda _: self._send(i))
+
+    def _send(self, i: int) -> None:
+        replica = self.decode[self.router.pick(self.decode)]
+        replica.expect(i)
+        done = self.env.timeout(self.transfer_s(i))
+        done.callbacks.append(lambda _: replica.arrive(i, kv_ready=True))

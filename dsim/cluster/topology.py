@@ -1,0 +1,119 @@
+"""A run's replicas: how many, what each does, where requests go, and their random streams.
+
+Colocated (`--replicas N`): every replica prefills and decodes; the router picks one per
+arrival. Disaggregated (`--disagg P:D`): replicas 0..P-1 prefill only (chosen least-loaded),
+P..P+D-1 decode (chosen by the router when a prefill ends; see `dsim.cluster.disagg`).
+
+Random streams: replica 0 draws from the run's generator (the stream a single replica always
+drew from, after the backend's per-request draws); replica k >= 1 from a stream spawned from the
+run seed with key k, which depends on neither the number of replicas nor the others' draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from dsim.cluster.disagg import KvLink, check_positive, kv_bytes_per_token, parse_disagg
+from dsim.cluster.router import LeastLoaded, parse_router
+from dsim.cluster.source import arrivals
+from dsim.engine.replica import Replica
+from dsim.engine.steplog import FIELDS, StepLog
+from dsim.errors import InputError
+
+COLOCATED, PREFILL, DECODE = "colocated", "prefill", "decode"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Replica roles, in replica order."""
+
+    roles: tuple[str, ...]
+
+    @property
+    def disaggregated(self) -> bool:
+        return PREFILL in self.roles
+
+
+def layout(replicas: int, disagg: str | None) -> Layout:
+    """Roles from `--replicas N` or `--disagg P:D` (which replaces --replicas)."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise InputError(None, None, f"--replicas must be a whole number >= 1, got {replicas!r}")
+    if disagg is None:
+        return Layout((COLOCATED,) * replicas)
+    if replicas != 1:
+        raise InputError(None, None, "--disagg P:D replaces --replicas: give one of them")
+    p, d = parse_disagg(disagg)
+    return Layout((PREFILL,) * p + (DECODE,) * d)
+
+
+def check_topology(spec) -> Layout:
+    """Reject bad cluster options of a RunSpec before anything runs."""
+    shape = layout(spec.replicas, spec.disagg)
+    parse_router(spec.router)
+    if shape.disaggregated:
+        check_positive("kv-link-gbps", spec.kv_link_gbps)
+        kv_bytes_per_token(spec.profile, spec.kv_bytes_per_token)
+    return shape
+
+
+def replica_rng(seed: int, k: int, run_rng: np.random.Generator) -> np.random.Generator:
+    """Replica k's random stream (see the module doc)."""
+    if k == 0:
+        return run_rng
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(k,)))
+
+
+class Cluster:
+    """The replicas of one run and the processes that feed them."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        spec,
+        make_replica: Callable[[int, Callable[[int, float], None] | None], Replica],
+        workload_arrivals: np.ndarray,
+        prompt_tokens: np.ndarray,
+    ) -> None:
+        self.env, self.shape = env, check_topology(spec)
+        router = parse_router(spec.router)
+        roles = self.shape.roles
+        if self.shape.disaggregated:
+            n_prefill = roles.count(PREFILL)
+            decode = [make_replica(k, None) for k in range(n_prefill, len(roles))]
+            link = KvLink(
+                env,
+                decode,
+                router,
+                prompt_tokens,
+                kv_bytes_per_token(spec.profile, spec.kv_bytes_per_token),
+                spec.kv_link_gbps,
+            )
+            prefill = [make_replica(k, link.handoff) for k in range(n_prefill)]
+            self.replicas = prefill + decode
+            self.entry, self.entry_router = prefill, LeastLoaded()
+        else:
+            self.replicas = [make_replica(k, None) for k in range(len(roles))]
+            self.entry, self.entry_router = self.replicas, router
+        self.arrival_s = workload_arrivals
+
+    def _route(self, i: int) -> None:
+        self.entry[self.entry_router.pick(self.entry)].arrive(i)
+
+    def start(self, progress: Callable[[int], None] | None) -> None:
+        self.env.process(arrivals(self.env, self.arrival_s, self._route))
+        for replica in self.replicas:
+            self.env.process(replica.process(self.env, progress))
+
+    def step_logs(self) -> list[StepLog]:
+        return [r.step_log() for r in self.replicas]
+
+
+def joined(logs: list[StepLog]) -> StepLog:
+    """Every replica's steps in one log (replica by replica)."""
+    if len(logs) == 1:
+        return logs[0]
+    return StepLog(*(np.concatenate([getattr(g, f) for g in logs]) for f in FIELDS))

@@ -1,0 +1,58 @@
+"""Per-request results of a run: one row per request of the workload, written by whichever
+replica holds the request (in a cluster every replica writes into the same records)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dsim.metrics import REQUEST_COLUMNS
+from dsim.workload import Workload
+
+# Columns of `Records.counters`, in the order of the batch matrix's counter columns.
+ROUNDS, VERIFIED, ACCEPTED = range(3)
+
+
+@dataclass
+class Records:
+    """What the engine hands back: counts, times and the replica of every request."""
+
+    generated: np.ndarray  # output tokens emitted so far
+    first_token: np.ndarray  # time of the first output token (NaN until then)
+    finish: np.ndarray  # time of the last output token (NaN until then)
+    counters: np.ndarray  # (n, 3): decode rounds, drafts verified, drafts accepted
+    preemptions: np.ndarray
+    replica: np.ndarray  # the replica that emitted the request's last token
+    finished: int = 0
+
+    @classmethod
+    def empty(cls, n: int) -> Records:
+        return cls(
+            np.zeros(n, np.int64),
+            np.full(n, np.nan),
+            np.full(n, np.nan),
+            np.zeros((n, 3), np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+        )
+
+    def table(self, workload: Workload) -> pd.DataFrame:
+        """The requests table (requests.parquet)."""
+        return pd.DataFrame(
+            {
+                "request_id": np.arange(len(workload), dtype=np.int64),
+                "arrival_s": workload.arrival_s,
+                "first_token_s": self.first_token,
+                "finish_s": self.finish,
+                "prompt_tokens": workload.prompt_tokens,
+                "output_tokens": self.generated,
+                "rounds": self.counters[:, ROUNDS],
+                "verified_drafts": self.counters[:, VERIFIED],
+                "accepted_drafts": self.counters[:, ACCEPTED],
+                "preemptions": self.preemptions,
+                "replica": self.replica,
+            },
+            columns=list(REQUEST_COLUMNS),
+        )

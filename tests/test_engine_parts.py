@@ -1,0 +1,111 @@
+"""The engine's fast paths against their plain definitions: prefix counting, the step log,
+short sums, and a replica sharing its simpy environment with another process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from dsim.acceptance.prefix import MAX_TABLE_BITS, leading_true
+from dsim.acceptance.sources import parse_acceptance
+from dsim.cluster.source import arrivals
+from dsim.engine.backend import Simulated
+from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.records import Records
+from dsim.engine.replica import SHORT, Replica, total
+from dsim.engine.steplog import StepRecorder
+from dsim.hardware.latency import LatencyModel
+from dsim.policies import parse_policy
+from dsim.run import DEFAULT_PROFILE, ROOT
+from dsim.workload import synthetic
+
+
+@pytest.mark.parametrize("width", [1, 2, 5, 7, 8, MAX_TABLE_BITS, MAX_TABLE_BITS + 1])
+def test_leading_true_matches_cumulative_product(width):
+    rng = np.random.default_rng(width)
+    ok = rng.random((500, width)) < 0.8
+    ok[0], ok[1] = True, False  # the all-accepted and all-rejected rows
+    got = leading_true(ok)
+    np.testing.assert_array_equal(got, np.cumprod(ok, axis=1).sum(axis=1))
+    assert got[0] == width and got[1] == 0
+    assert got.dtype == np.int64
+
+
+def test_step_recorder_keeps_every_value_exactly_across_growth():
+    rec, rows = StepRecorder(), []
+    rng = np.random.default_rng(1)
+    for k in range(5000):  # well past any initial allocation
+        row = (k * 0.1 + rng.random(), rng.random(), k % 300, 2**40 + k, k % 7, 3 * k)
+        rec.add(*row)
+        rows.append(row)
+        if k == 10:
+            assert rec.log().start_s[-1] == rows[-1][0]  # reading mid-run leaves it appendable
+    log = rec.log()
+    cols = list(zip(*rows, strict=True))
+    np.testing.assert_array_equal(log.start_s, cols[0])
+    np.testing.assert_array_equal(log.latency_s, cols[1])
+    ints = [log.num_running, log.batch_tokens, log.prefill_tokens, log.kv_blocks_used]
+    for got, want in zip(ints, cols[2:], strict=True):
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    assert rec.count == 5000
+
+
+@pytest.mark.parametrize("n", [0, 1, SHORT - 1, SHORT, 5 * SHORT])
+def test_total_is_the_exact_sum(n):
+    x = np.random.default_rng(n).integers(0, 2**40, size=n)
+    assert total(x) == sum(int(v) for v in x)
+    assert isinstance(total(x), int)
+
+
+def _replica(seed: int = 0) -> Replica:
+    workload = synthetic("synthetic:rate=3,n=120,prompt=300,output=80", seed)
+    rng = np.random.default_rng(seed)
+    backend = Simulated(parse_acceptance("preset:dspark:chat", 7))
+    backend.bind(len(workload), rng)
+    latency = LatencyModel.from_csv(ROOT / DEFAULT_PROFILE)
+    return Replica(
+        workload,
+        latency,
+        parse_draft_cost("ratio:0.1"),
+        backend,
+        parse_policy("dspark"),
+        EngineConfig(max_seqs=16),
+        rng,
+        Records.empty(len(workload)),
+    )
+
+
+def _serve(env: simpy.Environment, replica: Replica) -> None:
+    env.process(arrivals(env, replica.w.arrival_s, replica.arrive))
+    env.process(replica.process(env, None))
+
+
+def test_replica_shares_simpy_time_with_another_process():
+    """Another process sees the replica as per-step timeouts would show it: at each of its
+    events, exactly the steps that ended by then are committed; results do not change."""
+    alone = _replica()
+    env = simpy.Environment()
+    _serve(env, alone)
+    env.run()
+    end = alone.steps.log()
+    assert env.now == end.start_s[-1] + end.latency_s[-1]  # env ends at the last step's end
+    assert alone.rec.finished == len(alone.w) and alone.work == 0
+
+    shared, seen = _replica(), []
+
+    def ticker(env, replica):
+        while replica.rec.finished < len(replica.w):
+            yield env.timeout(0.3737)
+            seen.append((env.now, replica.rec.finished))
+
+    env = simpy.Environment()
+    _serve(env, shared)
+    env.process(ticker(env, shared))
+    env.run()
+    np.testing.assert_array_equal(shared.rec.finish, alone.rec.finish)
+    np.testing.assert_array_equal(shared.rec.counters, alone.rec.counters)
+    assert len(seen) > 50
+    for now, finished in seen:
+        assert finished == np.count_nonzero(alone.rec.finish <= now)

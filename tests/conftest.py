@@ -4,15 +4,29 @@ engine's invariants on every run of the suite."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from dsim.cli import main
 from dsim.run import RunResult, RunSpec, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run `dsim ARGS` through the real entry point; returns (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["dsim", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def write_trace(path: Path, arrivals_s, prompts, outputs) -> Path:

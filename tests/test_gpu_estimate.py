@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from dsim.cli import main
 from dsim.hardware import gpu_fit, zoo
 from dsim.hardware.arch import (
     Parallel,
@@ -20,18 +19,6 @@ from dsim.hardware.arch import (
 )
 from dsim.hardware.gpu_model import GPUS, AllReduce, KernelFit, linear_time, soft_max, step_parts
 from dsim.hardware.roofline import roofline_profile, weight_bytes_per_gpu
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["dsim", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
 
 # --- architecture arithmetic -------------------------------------------------------------------
 

@@ -4,14 +4,13 @@ test_gpu_estimate.py)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import run_cli
 
-from dsim.cli import main
 from dsim.hardware import zoo
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
 from dsim.hardware.measure import (
@@ -44,18 +43,6 @@ def tiny_json(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY))
     return path
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run `dsim ARGS` through the real entry point; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["dsim", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # --- architecture zoo -------------------------------------------------------------------------

@@ -74,17 +74,20 @@ def main() -> None:
     out += ["## (c) dspark verify budget against decode concurrency\n", frame_table(means[cols])]
 
     # (e) fewest replicas meeting each anchor at the recorded rate, in every seed
-    reps = read(f"{model}-replicas")
-    rows = []
-    for policy in reps["policy"].unique():
-        p = reps[reps["policy"] == policy]
-        worst = p.groupby("load")[X].min()  # the slowest seed at each replica count
-        for anchor in anchors:
-            ok = worst[worst >= anchor]
-            rows.append([policy, anchor, int(ok.index.min()) if len(ok) else "none swept"])
-    table = pd.DataFrame(rows, columns=["policy", "sla_tps", "fewest_replicas"])
     out += ["## (e) fewest replicas meeting each anchor at the recorded rate\n"]
-    out += [frame_table(table)]
+    if not (HERE / f"{model}-replicas" / "points.parquet").is_file():
+        out += [f"Not run: `{model}-replicas.toml` has not been swept.\n"]
+    else:
+        reps = read(f"{model}-replicas")
+        rows = []
+        for policy in reps["policy"].unique():
+            p = reps[reps["policy"] == policy]
+            worst = p.groupby("load")[X].min()  # the slowest seed at each replica count
+            for anchor in anchors:
+                ok = worst[worst >= anchor]
+                rows.append([policy, anchor, int(ok.index.min()) if len(ok) else "none swept"])
+        table = pd.DataFrame(rows, columns=["policy", "sla_tps", "fewest_replicas"])
+        out += [frame_table(table)]
     text = "\n".join(out)
     write_with(HERE / f"results-{model}.md", lambda tmp: tmp.write_text(text))
     print(text)

@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DSIM=${DSIM:-.venv/bin/dsim}
-STEPS=${STEPS:-2500}
-RNN_STEPS=${RNN_STEPS:-1200}
+STEPS=${STEPS:-2000}
+RNN_STEPS=${RNN_STEPS:-1000}
 MTP1_STEPS=${MTP1_STEPS:-2000}
 LOGS=${LOGS:-.cache/dsim/logs}
 mkdir -p "$LOGS"

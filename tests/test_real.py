@@ -238,7 +238,7 @@ def test_calibration_temperatures_reach_the_policy(target):
     for t in (None, temps):
         backend = RealBackend(target, drafter, [[256, 10, 11]], np.array([8]), temperatures=t)
         backend.bind(1, np.random.default_rng(0))
-        backend.prefill(np.array([0]), np.array([3]), np.array([True]))
+        backend.prefill([0], [3], [True])
         confs.append(backend.draw(np.array([0]), np.random.default_rng(0))[0])
     from dsim.acceptance.calibration import apply_temperatures
 
@@ -357,11 +357,11 @@ def test_prefill_runs_chunk_by_chunk_as_scheduled(files, target):
 
     class Recorded(RealBackend):
         def prefill(self, idx, tokens, done):
-            before = {r: self.passes.store.lengths.get(r, 0) for r in idx.tolist()}
+            before = {r: self.passes.store.lengths.get(r, 0) for r in idx}
             stop = super().prefill(idx, tokens, done)
-            for r, n in zip(idx.tolist(), tokens.tolist(), strict=True):
+            for r, n in zip(idx, tokens, strict=True):
                 assert self.passes.store.lengths[r] == before[r] + n
-            chunks.append(int(tokens.sum()))
+            chunks.append(sum(tokens))
             return stop
 
     run = run_real(

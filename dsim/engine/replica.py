@@ -275,11 +275,8 @@ class Replica:
         first_stop = None
         if takes:  # the backend runs each chunk in the step that schedules it
             chunked = self.prefilling[: len(takes)]
-            first_stop = self.backend.prefill(
-                np.array([e[0] for e in chunked], np.int64),
-                np.array(takes, np.int64),
-                np.array([e[1] == t for e, t in zip(chunked, takes, strict=True)]),
-            )
+            done = [e[1] == t for e, t in zip(chunked, takes, strict=True)]
+            first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
         modelled = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill)
         step_s = self.clock.seconds(started, modelled)
         self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)

@@ -167,12 +167,12 @@ class RealBackend:
         self._draft = None
         return emitted, stop
 
-    def prefill(self, idx: np.ndarray, tokens: np.ndarray, done: np.ndarray) -> np.ndarray | None:
+    def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """Run this step's prefill chunks (of the prompt, plus the tokens generated before a
         preemption) in one pass after the cached part; sample the first token of the requests
         whose context this completes, and flag end-of-sequence tokens."""
         rows, blocks = [int(i) for i in idx], []
-        for r, n in zip(rows, tokens.tolist(), strict=True):
+        for r, n in zip(rows, tokens, strict=True):
             if r not in self.pending:  # its first chunk: a fresh cache
                 self.pending[r] = self.prompts[r] + self.outputs[r]
                 capacity = len(self.prompts[r]) + int(self.caps[r]) + self.gamma + 1
@@ -188,7 +188,7 @@ class RealBackend:
                 chunk = features[ends[k] - len(block) : ends[k]]
                 kept = torch.cat([self.tail.get(r, chunk[:0]), chunk])
                 self.tail[r] = kept[-(self.context + 1) :]
-        finished = np.flatnonzero(done)
+        finished = np.flatnonzero(np.asarray(done, dtype=bool))
         if not len(finished):
             return None
         last = torch.as_tensor(ends[finished] - 1)

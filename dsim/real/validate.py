@@ -100,8 +100,9 @@ class Settings:
         for name, busy in self.loads:
             if not 0 < busy < 1:
                 raise InputError(None, None, f"load {name}: busy fraction must be in (0, 1)")
-        if not self.drafter.is_file():
-            raise InputError(self.drafter, None, "drafter checkpoint not found")
+        for path, what in ((self.drafter, "drafter checkpoint"), (self.profile, "profile")):
+            if path is not None and not Path(path).is_file():
+                raise InputError(path, None, f"{what} not found")
 
     def profile_grid(self) -> Grid:
         """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence."""

@@ -103,10 +103,12 @@ def greedy_reference(target, prompt: list[int], cap: int) -> list[int]:
     return out
 
 
-def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
+@pytest.mark.parametrize("block", ["encoder", "llama"])  # dsim-drafter/1 and /2 checkpoints
+def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target, block):
     prompts, profile = files
     ckpt = tmp_path / "drafter.pt"
-    save_drafter(ckpt, untrained_drafter(target), target.fingerprint, {})
+    drafter = untrained_drafter(target) if block == "encoder" else llama_drafter(target)
+    save_drafter(ckpt, drafter, target.fingerprint, {})
     out = tmp_path / "run"
     argv = ["dsim", "serve", "--target", "tiny", "--drafter", str(ckpt)]
     argv += ["--prompts", str(prompts), "--profile", str(profile), "--policy", "dspark"]
@@ -118,7 +120,7 @@ def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
     texts = [json.loads(line) for line in (out / "texts.jsonl").read_text().splitlines()]
     assert [t["output_tokens"] for t in texts] == requests["output_tokens"].tolist()
     assert (requests["output_tokens"] <= 12).all() and (requests["output_tokens"] >= 1).all()
-    assert json.loads((out / "summary.json").read_text())["spec"]["gamma"] == 4
+    assert json.loads((out / "summary.json").read_text())["spec"]["gamma"] == drafter.gamma
     assert "throughput" in capsys.readouterr().out
 
 

@@ -96,8 +96,8 @@ class Timed(RealBackend):
     def verify(self, idx, lengths, truth):
         return self._timed("verify", idx, lengths, truth)
 
-    def prefilled(self, idx):
-        return self._timed("prefilled", idx)
+    def prefill(self, idx, tokens, done):
+        return self._timed("prefill", idx, tokens, done)
 
     def released(self, idx):
         return self._timed("released", idx)

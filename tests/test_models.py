@@ -16,9 +16,9 @@ from dsim.acceptance.trace import read_acceptance_trace
 from dsim.errors import InputError
 from dsim.models import data
 from dsim.models.checkpoint import load_drafter, read_checkpoint, save_drafter
-from dsim.models.collect import _push_history, collect
+from dsim.models.collect import collect
 from dsim.models.decode import BatchDecoder
-from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History
+from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History, push_history
 from dsim.models.target import tiny_target
 from dsim.models.train import (
     LossWeights,
@@ -193,12 +193,9 @@ def test_history_window_slides_by_the_accepted_prefix() -> None:
     )
     hidden, anchor = torch.tensor([[4.0], [8.0]]), torch.tensor([14, 18])
 
-    class Result:  # what _push_history reads of a Round
-        verdict = type("V", (), {"accepted": torch.tensor([2, 0])})
-        draft = type("D", (), {"tokens": torch.tensor([[15, 16, 99], [19, 98, 97]])})
-        block_features = torch.tensor([[[5.0], [6.0], [-1.0], [-2.0]], [[9.0]] * 4])
-
-    out = _push_history(hist, hidden, anchor, Result)
+    accepted, drafts = torch.tensor([2, 0]), torch.tensor([[15, 16, 99], [19, 98, 97]])
+    block_features = torch.tensor([[[5.0], [6.0], [-1.0], [-2.0]], [[9.0]] * 4])
+    out = push_history(hist, hidden, anchor, accepted, drafts, block_features)
     assert out.features[..., 0].tolist() == [[4.0, 5.0, 6.0], [0.0, 7.0, 8.0]]
     assert out.tokens.tolist() == [[14, 15, 16], [0, 17, 18]]
     assert out.valid.tolist() == [[True, True, True], [False, True, True]]

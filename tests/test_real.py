@@ -64,9 +64,10 @@ class PerfectDrafter:
 
     def __init__(self, target, gamma: int) -> None:
         self.target, self.gamma = target, gamma
+        self.config = DrafterConfig("ar", gamma, target.hidden_size)  # reads the final state
         self.backend: RealBackend | None = None
 
-    def draft(self, hidden, anchor, generator, greedy):
+    def draft(self, hidden, anchor, generator, greedy, history=None):
         tokens, probs = [], []
         for r in self.backend.drafting:
             seq, row_t, row_p = self.backend.history(int(r)), [], []
@@ -102,10 +103,12 @@ def greedy_reference(target, prompt: list[int], cap: int) -> list[int]:
     return out
 
 
-def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
+@pytest.mark.parametrize("block", ["encoder", "llama"])  # dsim-drafter/1 and /2 checkpoints
+def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target, block):
     prompts, profile = files
     ckpt = tmp_path / "drafter.pt"
-    save_drafter(ckpt, untrained_drafter(target), target.fingerprint, {})
+    drafter = untrained_drafter(target) if block == "encoder" else llama_drafter(target)
+    save_drafter(ckpt, drafter, target.fingerprint, {})
     out = tmp_path / "run"
     argv = ["dsim", "serve", "--target", "tiny", "--drafter", str(ckpt)]
     argv += ["--prompts", str(prompts), "--profile", str(profile), "--policy", "dspark"]
@@ -117,7 +120,7 @@ def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target):
     texts = [json.loads(line) for line in (out / "texts.jsonl").read_text().splitlines()]
     assert [t["output_tokens"] for t in texts] == requests["output_tokens"].tolist()
     assert (requests["output_tokens"] <= 12).all() and (requests["output_tokens"] >= 1).all()
-    assert json.loads((out / "summary.json").read_text())["spec"]["gamma"] == 4
+    assert json.loads((out / "summary.json").read_text())["spec"]["gamma"] == drafter.gamma
     assert "throughput" in capsys.readouterr().out
 
 
@@ -237,7 +240,7 @@ def test_calibration_temperatures_reach_the_policy(target):
     for t in (None, temps):
         backend = RealBackend(target, drafter, [[256, 10, 11]], np.array([8]), temperatures=t)
         backend.bind(1, np.random.default_rng(0))
-        backend.prefilled(np.array([0]))
+        backend.prefill([0], [3], [True])
         confs.append(backend.draw(np.array([0]), np.random.default_rng(0))[0])
     from dsim.acceptance.calibration import apply_temperatures
 
@@ -291,3 +294,88 @@ def test_preempted_requests_recompute_exactly(files, target):
     assert run.result.summary["preemptions"] > 0
     for r, out in enumerate(run.outputs):
         assert out == greedy_reference(target, run.backend.prompts[r], CAP)
+
+
+def llama_drafter(target, context: int = 4) -> Drafter:
+    """An untrained dsim-drafter/2 (llama block) reading target layers 1 and 2 (the final
+    normed state) and the last `context` positions."""
+    torch.manual_seed(2)
+    config = DrafterConfig.for_target("markov", 3, target.model.config, [1, 2], context=context)
+    drafter = Drafter(config, torch.arange(300)).init_from_target(target.model)
+    return drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
+
+
+@pytest.mark.parametrize("policy", ["fixed:3", "dspark"])
+def test_llama_drafter_serves_greedy_target_text_with_collects_inputs(files, target, policy):
+    """A /2 drafter in real mode, prompts prefilled in chunks of 4: the text is the target's
+    greedy text, and at every draw the drafter reads what dsim collect would feed it for the
+    same sequence S (anchor S[-1]): the kept layers at the position that predicted the anchor
+    and the window of the positions before it (`prompt_history` over S[:-1], which is what
+    collect's sliding window holds), so its drafts are the ones collect's loop would draw."""
+    prompts, profile = files
+    drafter = llama_drafter(target)
+    seen = []
+
+    class Recorded(RealBackend):
+        def draw(self, idx, rng):
+            conf, truth = super().draw(idx, rng)
+            for k, r in enumerate(idx.tolist()):
+                window = self.window[r]
+                seen.append((self.history(r), self.hidden[r], window, self._draft.tokens[k]))
+            return conf, truth
+
+    run = run_real(
+        spec(profile, policy, prefill_chunk=4),
+        target,
+        drafter,
+        prompts,
+        max_new_tokens=CAP,
+        greedy=True,
+        make_backend=Recorded,
+    )
+    for r, out in enumerate(run.outputs):
+        assert out == greedy_reference(target, run.backend.prompts[r], CAP)
+    assert len(seen) > 10
+    from dsim.models.drafters import prompt_history
+
+    for seq, hidden, window, drafts in seen:
+        with torch.no_grad():
+            out = target.model.model(input_ids=torch.tensor([seq[:-1]]), output_hidden_states=True)
+        feats = torch.cat([out.hidden_states[1], out.hidden_states[2]], -1)
+        expected = prompt_history(feats, [seq[:-1]], 4)
+        torch.testing.assert_close(hidden, feats[0, -1], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(window.features, expected.features, atol=1e-4, rtol=1e-4)
+        assert torch.equal(window.tokens, expected.tokens)
+        assert torch.equal(window.valid, expected.valid)
+        again = drafter.draft(feats[:, -1], torch.tensor([seq[-1]]), None, True, expected)
+        assert torch.equal(again.tokens[0], drafts)
+
+
+def test_prefill_runs_chunk_by_chunk_as_scheduled(files, target):
+    """Each step's prefill work is run in that step: the tokens the backend prefills equal the
+    step log's prefill tokens, step by step, and a request's cache grows by its chunk."""
+    prompts, profile = files
+    chunks: list[int] = []
+
+    class Recorded(RealBackend):
+        def prefill(self, idx, tokens, done):
+            before = {r: self.passes.store.lengths.get(r, 0) for r in idx}
+            stop = super().prefill(idx, tokens, done)
+            for r, n in zip(idx, tokens, strict=True):
+                assert self.passes.store.lengths[r] == before[r] + n
+            chunks.append(sum(tokens))
+            return stop
+
+    run = run_real(
+        spec(profile, "dspark", prefill_chunk=5),
+        target,
+        untrained_drafter(target),
+        prompts,
+        max_new_tokens=CAP,
+        make_backend=Recorded,
+    )
+    steps = run.result.steps
+    logged = steps.prefill_tokens[steps.prefill_tokens > 0].tolist()
+    assert chunks == logged and max(chunks) <= 5
+    assert sum(chunks) == int(run.result.requests["prompt_tokens"].sum())
+    assert len(chunks) > len(run.outputs)  # prompts of ~17 tokens take several steps each

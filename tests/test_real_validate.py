@@ -1,20 +1,43 @@
-"""`dsim validate` end to end on the tiny target: real run, trace and preset simulations."""
+"""`dsim validate` (issue 17): the prompt split, the rate rule, the figures and the end-to-end
+run on the tiny target (real runs, trace and preset simulations at two loads)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
+from conftest import run_cli, write_flat_profile
 from test_real import untrained_drafter
 
-from dsim.acceptance.trace import write_acceptance_trace
+from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
+from dsim.errors import InputError
 from dsim.hardware.latency import read_profile
 from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
-from dsim.real.validate import METRICS, Settings, validate
+from dsim.real.validate import Settings, validate
+from dsim.real.validation_plan import (
+    choose_rate,
+    expected_workload,
+    rate_for_load,
+    simulated_busy,
+    split_rows,
+    trace_half,
+)
+from dsim.real.validation_report import (
+    METRICS,
+    attribution,
+    comparisons,
+    ranking,
+    ratios,
+    validation_json,
+)
+from dsim.run import RunSpec
 
 
 @pytest.fixture(autouse=True)
@@ -25,32 +48,156 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_validate_writes_errors_per_policy_and_model(tmp_path):
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A tiny drafter checkpoint, 6 prompts and a trace collected on all of them."""
+    folder = tmp_path_factory.mktemp("validate")
     target = tiny_target()
     drafter = untrained_drafter(target)
-    ckpt = tmp_path / "drafter.pt"
+    ckpt = folder / "drafter.pt"
     save_drafter(ckpt, drafter, target.fingerprint, {})
-    prompts = tmp_path / "prompts.jsonl"
-    rows = [{"id": f"p{i}", "domain": "chat", "prompt": f"question {i}?"} for i in range(2)]
+    prompts = folder / "prompts.jsonl"
+    rows = [{"id": f"p{i}", "domain": "chat", "prompt": f"question {i}?"} for i in range(6)]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    df, _ = collect(target, drafter, read_prompt_file(prompts), 12, 2, seed=0)
-    trace = tmp_path / "trace.parquet"
-    meta = {"target": target.fingerprint, "drafter": "x", "dataset": "x", "temperature": 1.0}
-    write_acceptance_trace(df, trace, {**meta, "command": "test"})
+    df, _ = collect(target, drafter, read_prompt_file(prompts), 12, 3, seed=0)
+    trace = folder / "trace.parquet"
+    meta = {"target": target.fingerprint, "drafter": "x", "dataset": str(prompts)}
+    write_acceptance_trace(df, trace, {**meta, "temperature": 1.0, "command": "test"})
+    return ckpt, prompts, trace
+
+
+@pytest.mark.parametrize("n", [2, 7, 72])
+def test_split_is_disjoint_and_covers_the_file(n):
+    trace, served = split_rows(n)
+    assert set(trace).isdisjoint(served) and sorted([*trace, *served]) == list(range(n))
+    assert (trace % 2 == 0).all() and (served % 2 == 1).all() and len(served) == n // 2
+
+
+def test_trace_half_keeps_only_even_rows_and_refuses_the_wrong_trace(inputs, tmp_path):
+    _, prompts, trace = inputs
+    half, _ = trace_half(trace, prompts, 6)
+    full, meta = read_acceptance_trace(trace)
+    assert set(half["seq_id"]) == {0, 2, 4}
+    assert len(half) == int(full["seq_id"].isin([0, 2, 4]).sum())
+    odd = tmp_path / "odd.parquet"
+    write_acceptance_trace(full[full["seq_id"] % 2 == 1], odd, meta)
+    with pytest.raises(InputError, match="no rows on the trace half"):
+        trace_half(odd, prompts, 6)
+    other = tmp_path / "other.jsonl"
+    other.write_text(prompts.read_text())
+    with pytest.raises(InputError, match="cannot be split"):
+        trace_half(trace, other, 6)
+
+
+def test_choose_rate_inverts_a_known_busy_curve():
+    """busy(rate) = rate / (rate + 2) (an M/M/1-like curve): busy b at rate 2b / (1 - b)."""
+    for b in (1 / 3, 2 / 3):
+        assert choose_rate(b, lambda x: x / (x + 2)) == pytest.approx(2 * b / (1 - b), rel=1e-6)
+
+
+def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
+    _, prompts, trace = inputs
+    half, _ = trace_half(trace, prompts, 6)
+    profile = write_flat_profile(tmp_path / "profile.csv", 5.0)
+    base = RunSpec(trace="x", profile=str(profile), gamma=4, draft_cost="0")
+    half_file = tmp_path / "half.parquet"
+    _, meta = read_acceptance_trace(trace)
+    write_acceptance_trace(half, half_file, meta)
+    lengths, outputs = np.array([20, 30, 25]), np.array([8, 12, 5, 12])
+    for busy in (1 / 3, 2 / 3):
+        rate, sim = rate_for_load(busy, base, str(half_file), [0, 1, 2], 40, lengths, outputs)
+        again = np.mean(
+            [
+                simulated_busy(
+                    replace(base, policy="mtp1", seed=s),
+                    expected_workload(rate, 40, s, lengths, outputs),
+                    str(half_file),
+                )
+                for s in (0, 1, 2)
+            ]
+        )
+        assert again == pytest.approx(sim) and abs(sim - busy) < 0.03
+
+
+def frame_of(values: dict) -> pd.DataFrame:
+    """values[(load, policy, kind)] = TPOT p50 per seed; other metrics = 2 x TPOT."""
+    rows = []
+    for (load, policy, kind), tpots in values.items():
+        for seed, t in enumerate(tpots):
+            rows.append(
+                {"load": load, "seed": seed, "policy": policy, "kind": kind}
+                | {m: 2 * t for m in METRICS}
+                | {"tpot_p50_s": t}
+            )
+    return pd.DataFrame(rows)
+
+
+def test_figures_closed_forms():
+    values = {}
+    for load, scale in (("light", 1.0), ("moderate", 2.0)):
+        for policy, real, sim in (("mtp1", 0.1, 0.11), ("fixed:4", 0.08, 0.12), ("dspark", 0.06, 0.06)):  # fmt: skip  # noqa: E501
+            values[(load, policy, "real")] = [scale * real * 0.9, scale * real * 1.1]
+            values[(load, policy, "trace")] = [scale * sim, scale * sim]
+            values[(load, policy, "preset")] = [scale * real, scale * real]
+    frame = frame_of(values)
+    results = validation_json(frame)
+    v = results["fixed:4"]["trace"]["tpot_p50_s"]
+    assert v["loads"]["light"]["real"] == pytest.approx(0.08)
+    assert v["loads"]["light"]["real_sd"] == pytest.approx(np.std([0.072, 0.088], ddof=1))
+    assert v["loads"]["light"]["error"] == pytest.approx(0.5)
+    assert v["real"] == pytest.approx(0.12) and v["error"] == pytest.approx(0.5)
+    assert results["dspark"]["preset"]["tpot_p50_s"]["error"] == pytest.approx(0.0)
+    for kinds in results.values():
+        assert set(kinds) == {"trace", "preset"}
+        assert all(set(m) >= {"real", "sim", "error"} for m in kinds["trace"].values())
+    assert ranking({"a": 0.2, "b": 0.1, "c": 0.3}) == ["b", "a", "c"]
+    assert ratios({"mtp1": 0.2, "dspark": 0.1}) == {"mtp1": 1.0, "dspark": 0.5}
+    comp = comparisons(frame)
+    light = comp["light"]
+    assert light["real"]["ranking"] == ["dspark", "fixed:4", "mtp1"]
+    assert light["sim"]["ranking"] == ["dspark", "mtp1", "fixed:4"]
+    assert light["ratio_errors"]["fixed:4"] == pytest.approx((0.12 / 0.11) / 0.8 - 1)
+    assert light["targets"] == {
+        "tpot_p50_within_10pct": False,
+        "identical_ranking": False,
+        "ratios_within_10pct": False,
+    }
+    assert "ttft_p50_within_20pct" in comp["moderate"]["targets"]
+
+
+def test_attribution_factors_multiply_to_the_tpot_error():
+    parts = pd.DataFrame(
+        [
+            {"load": "light", "policy": "mtp1", "tpot_real": 0.1, "tpot_sim": 0.15,
+             "step_real_s": 10.0, "model_s": 8.0, "step_predicted_s": 12.0, "steps": 100,
+             "tau_real": 1.2, "tau_sim": 1.5},
+        ]
+    )  # fmt: skip
+    a = attribution(parts).iloc[0]
+    assert a.step_model == pytest.approx(0.5) and a.engine_overhead == pytest.approx(-0.2)
+    assert a.acceptance == pytest.approx(-0.2) and a.overhead_ms_per_step == pytest.approx(20.0)
+    product = (1 + a.step_model) * (1 + a.engine_overhead) * (1 + a.acceptance) * (1 + a.queueing)
+    assert product == pytest.approx(1.5) and a.queueing == pytest.approx(1.5 / 0.96 - 1)
+
+
+def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
+    ckpt, prompts, trace = inputs
     settings = Settings(
         ckpt,
         trace,
         prompts,
         None,  # profiled here, on this machine, before the real runs
         policies=("mtp1", "dspark"),
-        requests=3,
-        rate=50.0,
+        loads=(("light", 0.3), ("moderate", 0.6)),
+        repeats=2,
+        requests=4,
         max_new_tokens=8,
         target="tiny",
         profile_contexts=(16, 32),
     )
     out = tmp_path / "validation"
-    results = validate(settings, out, log=lambda _: None)
+    lines: list[str] = []
+    results = validate(settings, out, log=lines.append)
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved) == {"mtp1", "dspark"} and saved == json.loads(json.dumps(results))
     for policy in saved.values():
@@ -59,13 +206,55 @@ def test_validate_writes_errors_per_policy_and_model(tmp_path):
             assert set(metrics) == set(METRICS)
             for v in metrics.values():
                 assert v["error"] == pytest.approx((v["sim"] - v["real"]) / v["real"])
-    assert (out / "drafter-profile.csv").is_file()
-    profile = read_profile(out / "profile.csv")
-    assert set(profile["phase"]) == {"verify", "prefill"} and profile["num_seqs"].max() == 16
-    assert json.loads((out / "runs" / "dspark-trace" / "summary.json").read_text())["spec"][
-        "profile"
-    ] == str(out / "profile.csv")
+                assert set(v["loads"]) == {"light", "moderate"}
+                assert len(v["loads"]["light"]["real_runs"]) == 2
+    served = [json.loads(x)["id"] for x in (out / "prompts-served.jsonl").read_text().splitlines()]
+    assert served == ["p1", "p3", "p5"]
+    half, _ = read_acceptance_trace(out / "trace-half.parquet")
+    assert set(half["seq_id"]) == {0, 2, 4}
+    texts = (out / "runs" / "light" / "s1" / "dspark-real" / "texts.jsonl").read_text()
+    assert {json.loads(x)["prompt_id"] for x in texts.splitlines()} <= {"p1", "p3", "p5"}
+    comp = json.loads((out / "comparison.json").read_text())
+    assert comp["loads"]["light"]["rate"] < comp["loads"]["moderate"]["rate"]
     diagnostics = json.loads((out / "diagnostics.json").read_text())
-    assert set(diagnostics["dspark"]) == {"real_run", "step_model"}
-    assert diagnostics["mtp1"]["step_model"]["decode_steps"] > 0
-    assert (out / "runs" / "dspark-real" / "texts.jsonl").is_file()
+    assert len(diagnostics["runs"]) == 2 * 2 * 2
+    assert all(0 < r["real_busy"] <= 1 for r in diagnostics["runs"])
+    report = (out / "report.md").read_text()
+    assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
+    assert sum(line.startswith("[") for line in lines) == 8  # a progress line per real run
+    profile = read_profile(out / "profile.csv")
+    assert set(profile["phase"]) == {"verify", "prefill"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--loads", "light=1.5"], "NAME=BUSY"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--policies", "oracle"], "cannot be served"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    monkeypatch, capsys, tmp_path, inputs, args, message
+):
+    ckpt, prompts, trace = inputs
+    out = tmp_path / "out"
+    common = ["--drafter", str(ckpt), "--acceptance", str(trace), "--prompts", str(prompts)]
+    code, _, err = run_cli(
+        monkeypatch, capsys, "validate", "--out", str(out), "--target", "tiny", *common, *args
+    )
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_trace_without_rows_on_the_trace_half_exits_2(monkeypatch, capsys, tmp_path, inputs):
+    ckpt, prompts, trace = inputs
+    full, meta = read_acceptance_trace(trace)
+    odd = tmp_path / "odd.parquet"
+    write_acceptance_trace(full[full["seq_id"] % 2 == 1], odd, meta)
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "validate", "--out", str(out), "--target", "tiny",
+        "--drafter", str(ckpt), "--acceptance", str(odd), "--prompts", str(prompts),
+    )  # fmt: skip
+    assert code == 2 and "no rows on the trace half" in err and not out.exists()

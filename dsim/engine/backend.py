@@ -32,8 +32,10 @@ class Backend(Protocol):
         """Tokens emitted per request for verify lengths `lengths` (accepted drafts + 1, or up
         to and including an end-of-sequence token) and end-of-sequence flags (None: none)."""
 
-    def prefilled(self, idx: np.ndarray) -> np.ndarray | None:
-        """Requests whose prefill completes this step; flags those whose first token ends them."""
+    def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
+        """This step's prefill chunks: `tokens[k]` more tokens of request idx[k]'s context;
+        `done[k]` when the chunk completes it. Flags the completed requests (those with done,
+        in order) whose first token is an end-of-sequence token (None: none)."""
 
     def released(self, idx: np.ndarray) -> None:
         """Requests that finished or were preempted: drop their state."""
@@ -53,7 +55,7 @@ class Simulated:
     ) -> tuple[np.ndarray, None]:
         return np.minimum(truth, lengths) + 1, None
 
-    def prefilled(self, idx: np.ndarray) -> None:
+    def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> None:
         return None
 
     def released(self, idx: np.ndarray) -> None:

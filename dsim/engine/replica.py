@@ -273,8 +273,10 @@ class Replica:
             decode = (lengths, emitted, stop)
         completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
         first_stop = None
-        if completing:
-            first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
+        if takes:  # the backend runs each chunk in the step that schedules it
+            chunked = self.prefilling[: len(takes)]
+            done = [e[1] == t for e, t in zip(chunked, takes, strict=True)]
+            first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
         modelled = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill)
         step_s = self.clock.seconds(started, modelled)
         self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)

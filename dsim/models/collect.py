@@ -18,7 +18,7 @@ import torch
 
 from dsim.models.data import Prompt
 from dsim.models.decode import BatchDecoder
-from dsim.models.drafters import Draft, Drafter, History
+from dsim.models.drafters import Draft, Drafter, History, input_layers, prompt_history, push_history
 from dsim.models.sampling import Verdict, overlap, sample, verify
 
 
@@ -110,7 +110,7 @@ def _decode_batch(
     anchor = sample(decoder.probs(final), generator, greedy)  # prefill emits the first token
     last = torch.tensor([len(p) for p in prompts]) - 1
     hidden = decoder.features[torch.arange(len(prompts)), last]
-    history = _prompt_history(decoder.features, prompts, drafter.config.context)
+    history = prompt_history(decoder.features, prompts, drafter.config.context)
     outputs = [[int(t)] for t in anchor]
     live = torch.tensor([int(t) != target.eos_id for t in anchor])
     alive = torch.arange(len(prompts))  # batch row -> prompt index
@@ -128,7 +128,9 @@ def _decode_batch(
         full = torch.full((len(alive),), gamma, dtype=torch.long)
         result = spec_round(decoder, drafter, hidden, anchor, full, generator, greedy, history)
         accepted = result.verdict.accepted
-        history = _push_history(history, hidden, anchor, result)
+        history = push_history(
+            history, hidden, anchor, accepted, result.draft.tokens, result.block_features
+        )
         seq = alive.numpy()
         records.append(
             {
@@ -153,50 +155,6 @@ def _decode_batch(
                 live[row] = False
         hidden, anchor = result.hidden, result.verdict.next_token
     return _trace_frame(records, gamma), outputs
-
-
-def input_layers(drafter: Drafter, target) -> list[int]:
-    """The target hidden_states the drafter reads (the final normed state by default)."""
-    return drafter.config.feature_layers or [int(target.model.config.num_hidden_layers)]
-
-
-def _prompt_history(features: torch.Tensor, prompts: list[list[int]], size: int) -> History:
-    """The last `size` prompt positions before each prompt's final one (right-aligned):
-    their features and the prompt token that followed each."""
-    batch = len(prompts)
-    out = History(
-        features.new_zeros(batch, size, features.shape[-1]),
-        torch.zeros(batch, size, dtype=torch.long),
-        torch.zeros(batch, size, dtype=torch.bool),
-    )
-    for b, ids in enumerate(prompts):
-        lo = max(0, len(ids) - 1 - size)
-        n = len(ids) - 1 - lo
-        if n:
-            out.features[b, size - n :] = features[b, lo : len(ids) - 1]
-            out.tokens[b, size - n :] = torch.tensor(ids[lo + 1 :])
-            out.valid[b, size - n :] = True
-    return out
-
-
-def _push_history(history: History, hidden: torch.Tensor, anchor: torch.Tensor, result: Round):
-    """Slide each sequence's window past this round: the old anchor, then the accepted drafts
-    (each with the target's features at the position before it)."""
-    size = history.features.shape[1]
-    if size == 0:
-        return history
-    accepted = result.verdict.accepted
-    gamma = result.draft.tokens.shape[1]
-    feats = torch.cat([history.features, hidden[:, None], result.block_features[:, :gamma]], 1)
-    tokens = torch.cat([history.tokens, anchor[:, None], result.draft.tokens], 1)
-    fresh = torch.arange(gamma)[None, :] < accepted[:, None]
-    valid = torch.cat([history.valid, torch.ones_like(anchor[:, None], dtype=torch.bool), fresh], 1)
-    idx = (size + 1 + accepted)[:, None] - size + torch.arange(size)[None, :]
-    return History(
-        feats.gather(1, idx[..., None].expand(-1, -1, feats.shape[-1])),
-        tokens.gather(1, idx),
-        valid.gather(1, idx),
-    )
 
 
 def _trace_frame(records: list[dict[str, np.ndarray]], gamma: int) -> pd.DataFrame:

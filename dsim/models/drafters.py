@@ -414,3 +414,56 @@ def time_draft(drafter: Drafter, hidden_size: int, batch: int, repeats: int, see
         drafter.draft(hidden, anchor, gen, history=history)
         times[i] = time.perf_counter() - start
     return times
+
+
+# -- The drafter's inputs, shared by collection (`dsim.models.collect`) and real mode ---------
+def input_layers(drafter: Drafter, target) -> list[int]:
+    """The target hidden_states the drafter reads (the final normed state by default)."""
+    return drafter.config.feature_layers or [int(target.model.config.num_hidden_layers)]
+
+
+def prompt_history(features: torch.Tensor, prompts: list[list[int]], size: int) -> History:
+    """The last `size` prompt positions before each prompt's final one (right-aligned):
+    their features and the prompt token that followed each. `features[b]` may hold only the
+    last positions of prompt b if `prompts[b]` holds the same last tokens."""
+    batch = len(prompts)
+    out = History(
+        features.new_zeros(batch, size, features.shape[-1]),
+        torch.zeros(batch, size, dtype=torch.long),
+        torch.zeros(batch, size, dtype=torch.bool),
+    )
+    for b, ids in enumerate(prompts):
+        lo = max(0, len(ids) - 1 - size)
+        n = len(ids) - 1 - lo
+        if n:
+            out.features[b, size - n :] = features[b, lo : len(ids) - 1]
+            out.tokens[b, size - n :] = torch.tensor(ids[lo + 1 :])
+            out.valid[b, size - n :] = True
+    return out
+
+
+def push_history(
+    history: History,
+    hidden: torch.Tensor,
+    anchor: torch.Tensor,
+    accepted: torch.Tensor,
+    drafts: torch.Tensor,
+    block_features: torch.Tensor,
+) -> History:
+    """Slide each sequence's window past a round: the old anchor (with `hidden`, the features
+    that predicted it), then the `accepted` drafts (B, gamma), each with the target's features
+    at the position before it (`block_features` (B, >= gamma, F): at [anchor, drafts])."""
+    size = history.features.shape[1]
+    if size == 0:
+        return history
+    gamma = drafts.shape[1]
+    feats = torch.cat([history.features, hidden[:, None], block_features[:, :gamma]], 1)
+    tokens = torch.cat([history.tokens, anchor[:, None], drafts], 1)
+    fresh = torch.arange(gamma)[None, :] < accepted[:, None]
+    valid = torch.cat([history.valid, torch.ones_like(anchor[:, None], dtype=torch.bool), fresh], 1)
+    idx = (size + 1 + accepted)[:, None] - size + torch.arange(size)[None, :]
+    return History(
+        feats.gather(1, idx[..., None].expand(-1, -1, feats.shape[-1])),
+        tokens.gather(1, idx),
+        valid.gather(1, idx),
+    )

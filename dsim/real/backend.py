@@ -1,16 +1,21 @@
 """The real backend: the engine's rounds run the actual drafter and target (issue 7).
 
-Per running request it keeps the anchor (the last emitted token, not yet in the KV cache) and
-the target's final hidden state that predicted it, which is what every drafter reads. A round:
-`draw` runs the drafter's batched pass (confidences for the policy, drafts kept for `verify`);
-`verify` runs ONE flattened target pass over [anchor, first l_r drafts] of every request,
-rejection-samples with `dsim.models.sampling.verify`, commits the accepted prefix to the cache
-and reports an end-of-sequence token as a stop. `prefilled` runs the prompt (plus the tokens
-already generated, after a preemption) and samples the first new token there.
+Per running request it keeps the anchor (the last emitted token, not yet in the KV cache), the
+drafter's input features at the position that predicted it (the target layers the drafter
+reads: `dsim.models.drafters.input_layers`) and, for a drafter that attends to recent
+positions (llama block, `context` > 0), the window of the last `context` target positions
+(`History`), slid exactly as `dsim collect` slides it (`prompt_history`, `push_history`).
+A round: `draw` runs the drafter's batched pass (confidences for the policy, drafts kept for
+`verify`); `verify` runs ONE flattened target pass over [anchor, first l_r drafts] of every
+request, rejection-samples with `dsim.models.sampling.verify`, commits the accepted prefix to
+the cache and reports an end-of-sequence token as a stop. `prefill` runs the step's prefill
+chunks as the engine schedules them (the cache grows chunk by chunk; a second pass of the
+step, after the verify pass) and samples the first new token when a request's last chunk is
+done; after a preemption the prefilled context is the prompt plus the tokens generated so far.
 
-`verify` reports the tokens each request emitted (cut after an end-of-sequence token, which it
-flags); output caps are the engine's: a request's text is its first `output_tokens` tokens
-(`text_tokens`), the count the engine recorded.
+The backend reports the tokens each request emitted (cut after an end-of-sequence token, which
+it flags); output caps are the engine's alone: a request's text is its first `output_tokens`
+tokens (`text_tokens`), the count the engine recorded.
 """
 
 from __future__ import annotations
@@ -21,18 +26,33 @@ import numpy as np
 import torch
 
 from dsim.acceptance.calibration import apply_temperatures
-from dsim.models.drafters import Draft
+from dsim.models.drafters import (
+    Draft,
+    DrafterConfig,
+    History,
+    input_layers,
+    prompt_history,
+    push_history,
+)
 from dsim.models.sampling import sample, verify
 from dsim.real.ragged import RaggedTarget
+
+HISTORY_FIELDS = ("features", "tokens", "valid")
 
 
 class DraftModel(Protocol):
     """What the backend needs of a drafter (`dsim.models.drafters.Drafter` is one)."""
 
     gamma: int
+    config: DrafterConfig
 
     def draft(
-        self, hidden: torch.Tensor, anchor: torch.Tensor, generator: torch.Generator, greedy: bool
+        self,
+        hidden: torch.Tensor,
+        anchor: torch.Tensor,
+        generator: torch.Generator,
+        greedy: bool,
+        history: History | None = None,
     ) -> Draft: ...
 
     def full_vocab(self, probs: torch.Tensor, vocab_size: int) -> torch.Tensor: ...
@@ -60,10 +80,16 @@ class RealBackend:
         self.prompts, self.caps = prompts, np.asarray(caps, dtype=np.int64)
         self.generator = torch.Generator().manual_seed(seed)
         self.temperatures = temperatures
-        self.passes = RaggedTarget(target)
+        self.layers = input_layers(drafter, target) if drafter is not None else []
+        config = drafter.config if drafter is not None else None
+        self.context = config.context if config is not None and config.block == "llama" else 0
+        self.passes = RaggedTarget(target, self.layers)
         self.outputs: list[list[int]] = []
-        self.hidden: dict[int, torch.Tensor] = {}
+        self.hidden: dict[int, torch.Tensor] = {}  # the drafter's input features at the anchor
         self.anchor: dict[int, int] = {}
+        self.window: dict[int, History] = {}  # (1, context, F) recent positions per request
+        self.pending: dict[int, list[int]] = {}  # context being prefilled, per request
+        self.tail: dict[int, torch.Tensor] = {}  # its last context + 1 positions' features
         self.drafting = np.zeros(0, dtype=np.int64)  # requests of the pending draft
         self._draft: Draft | None = None
 
@@ -80,9 +106,11 @@ class RealBackend:
         if self.drafter is None:
             self._draft = None
             return np.zeros((len(idx), self.gamma)), None
-        hidden = torch.stack([self.hidden[int(i)] for i in idx])
-        anchor = torch.tensor([self.anchor[int(i)] for i in idx], dtype=torch.long)
-        self._draft = self.drafter.draft(hidden, anchor, self.generator, self.greedy)
+        rows = [int(i) for i in idx]
+        hidden = torch.stack([self.hidden[r] for r in rows])
+        anchor = torch.tensor([self.anchor[r] for r in rows], dtype=torch.long)
+        history = self._windows(rows)
+        self._draft = self.drafter.draft(hidden, anchor, self.generator, self.greedy, history)
         conf = self._draft.conf.double().numpy()
         if self.temperatures is not None:
             conf = apply_temperatures(conf, self.temperatures)
@@ -104,6 +132,7 @@ class RealBackend:
             drafts = torch.zeros((len(rows), 0), dtype=torch.long)
         blocks = [[self.anchor[r], *drafts[k, : lengths[k]].tolist()] for k, r in enumerate(rows)]
         states = self.passes.forward(rows, blocks)
+        features = self.passes.features
         # Scatter the flat states into (R, widest + 1) so sampling is vectorised over requests.
         lengths_t = torch.as_tensor(lengths, dtype=torch.long)
         starts = torch.cumsum(lengths_t + 1, 0) - (lengths_t + 1)
@@ -115,6 +144,13 @@ class RealBackend:
             else p_target[:, :0]
         )
         verdict = verify(drafts, p_draft, p_target, lengths_t, self.generator, self.greedy)
+        if self.context:  # slide the windows as dsim collect does (padded slots never read)
+            before = self._windows(rows)
+            old_hidden = torch.stack([self.hidden[r] for r in rows])
+            old_anchor = torch.tensor([self.anchor[r] for r in rows], dtype=torch.long)
+            moved = push_history(
+                before, old_hidden, old_anchor, verdict.accepted, drafts, features[flat]
+            )
         accepted = verdict.accepted.numpy()
         emitted = np.zeros(len(rows), dtype=np.int64)
         stop = np.zeros(len(rows), dtype=bool)
@@ -123,37 +159,71 @@ class RealBackend:
             tokens = [*drafts[k, :n].tolist(), int(verdict.next_token[k])]
             emitted[k], stop[k] = self._emit(r, tokens)
             self.passes.store.commit(r, 1 + n)
-            self.hidden[r] = states[int(starts[k]) + n].clone()
+            if features is not None:
+                self.hidden[r] = features[int(starts[k]) + n].clone()
             self.anchor[r] = tokens[-1]
+            if self.context:
+                self.window[r] = History(*(getattr(moved, f)[k : k + 1] for f in HISTORY_FIELDS))
         self._draft = None
         return emitted, stop
 
-    def prefilled(self, idx: np.ndarray) -> np.ndarray:
-        """Run each request's prompt (+ tokens generated before a preemption) through the
-        target in one pass and sample its next token; flags end-of-sequence tokens."""
-        rows = [int(i) for i in idx]
-        blocks = [self.prompts[r] + self.outputs[r] for r in rows]
-        for r in rows:
-            capacity = len(self.prompts[r]) + int(self.caps[r]) + self.gamma + 1
-            self.passes.store.open(r, capacity)
+    def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
+        """Run this step's prefill chunks (of the prompt, plus the tokens generated before a
+        preemption) in one pass after the cached part; sample the first token of the requests
+        whose context this completes, and flag end-of-sequence tokens."""
+        rows, blocks = [int(i) for i in idx], []
+        for r, n in zip(rows, tokens, strict=True):
+            if r not in self.pending:  # its first chunk: a fresh cache
+                self.pending[r] = self.prompts[r] + self.outputs[r]
+                capacity = len(self.prompts[r]) + int(self.caps[r]) + self.gamma + 1
+                self.passes.store.open(r, capacity)
+            at = self.passes.store.lengths[r]
+            blocks.append(self.pending[r][at : at + n])
         states = self.passes.forward(rows, blocks)
-        last = torch.cumsum(torch.tensor([len(b) for b in blocks]), 0) - 1
-        first = sample(self.passes.probs(states[last]), self.generator, self.greedy)
-        stop = np.zeros(len(rows), dtype=bool)
+        features = self.passes.features
+        ends = np.cumsum([len(b) for b in blocks])
         for k, (r, block) in enumerate(zip(rows, blocks, strict=True)):
             self.passes.store.commit(r, len(block))
-            token = int(first[k])
-            _, stop[k] = self._emit(r, [token])
-            self.hidden[r], self.anchor[r] = states[int(last[k])].clone(), token
+            if self.context:
+                chunk = features[ends[k] - len(block) : ends[k]]
+                kept = torch.cat([self.tail.get(r, chunk[:0]), chunk])
+                self.tail[r] = kept[-(self.context + 1) :]
+        finished = np.flatnonzero(np.asarray(done, dtype=bool))
+        if not len(finished):
+            return None
+        last = torch.as_tensor(ends[finished] - 1)
+        first = sample(self.passes.probs(states[last]), self.generator, self.greedy)
+        stop = np.zeros(len(finished), dtype=bool)
+        for j, k in enumerate(finished.tolist()):
+            r = rows[k]
+            seq = self.pending.pop(r)
+            if self.passes.store.lengths[r] != len(seq):
+                raise RuntimeError(f"request {r}: prefill chunks do not add up to its context")
+            token = int(first[j])
+            _, stop[j] = self._emit(r, [token])
+            if features is not None:
+                self.hidden[r] = features[int(last[j])].clone()
+            self.anchor[r] = token
+            if self.context:
+                tail = self.tail.pop(r)
+                self.window[r] = prompt_history(tail[None], [seq[-len(tail) :]], self.context)
         return stop
 
     def released(self, idx: np.ndarray) -> None:
         for i in idx:
-            self.passes.store.drop(int(i))
-            self.hidden.pop(int(i), None)
-            self.anchor.pop(int(i), None)
+            r = int(i)
+            self.passes.store.drop(r)
+            for state in (self.hidden, self.anchor, self.window, self.pending, self.tail):
+                state.pop(r, None)
 
     # -- helpers ------------------------------------------------------------------------------
+    def _windows(self, rows: list[int]) -> History | None:
+        """The requests' recent-position windows as one batch (None: the drafter reads none)."""
+        if not self.context:
+            return None
+        w = [self.window[r] for r in rows]
+        return History(*(torch.cat([getattr(h, f) for h in w]) for f in HISTORY_FIELDS))
+
     def _emit(self, r: int, tokens: list[int]) -> tuple[int, bool]:
         """Append `tokens` to request r's output, cut after an end-of-sequence token; returns
         how many it emitted and whether an end-of-sequence token ended the request."""

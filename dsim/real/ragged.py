@@ -123,9 +123,16 @@ def _attention_swapped(config):
 class RaggedTarget:
     """The target's body run over ragged per-request token blocks, with per-request caches."""
 
-    def __init__(self, target) -> None:
+    def __init__(self, target, layers: list[int] | tuple[int, ...] = ()) -> None:
+        """`layers`: target hidden_states indices (num_hidden_layers = the final normed state)
+        that each `forward` also keeps in `self.features` (B, len(layers) * H): a drafter's
+        input layers."""
         self.target = target
         self.store = KVPool(target.model.config, target.lm_head_weight.dtype)
+        self.layers = tuple(layers)
+        self.features: torch.Tensor | None = None
+        # Only the final state: no need to record every layer's output.
+        self._final_only = self.layers == (int(target.model.config.num_hidden_layers),)
 
     def layout(self, rids: list[int], counts: list[int]) -> Layout:
         store = self.store
@@ -149,14 +156,25 @@ class RaggedTarget:
 
     def forward(self, rids: list[int], blocks: list[list[int]]) -> torch.Tensor:
         """Final (normed) hidden states (B, H) of every token of `blocks`, request by request,
-        appended after each request's committed cache; `store.commit` keeps a prefix."""
+        appended after each request's committed cache; `store.commit` keeps a prefix. The
+        kept layers' states of the same tokens go to `self.features`."""
         lay = self.layout(rids, [len(b) for b in blocks])
         ids = torch.tensor([[t for b in blocks for t in b]], dtype=torch.long)
+        every_layer = bool(self.layers) and not self._final_only
         with _attention_swapped(self.target.model.config), torch.inference_mode():
             out = self.target.model.model(
-                input_ids=ids, position_ids=lay.position[None], use_cache=False, layout=lay
+                input_ids=ids,
+                position_ids=lay.position[None],
+                use_cache=False,
+                output_hidden_states=every_layer,
+                layout=lay,
             )
-        return out.last_hidden_state[0]
+        final = out.last_hidden_state[0]
+        if every_layer:
+            self.features = torch.cat([out.hidden_states[i][0] for i in self.layers], dim=-1)
+        elif self.layers:
+            self.features = final
+        return final
 
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) at each hidden state."""

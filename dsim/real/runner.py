@@ -35,12 +35,6 @@ def load_models(target: str, drafter: str | Path | None):
 
     model = load_target(target)
     draft_model = None if drafter is None else load_drafter(drafter, model)
-    if draft_model is not None and draft_model.config.block != "encoder":
-        # Real mode's backend passes the final hidden state only; the llama block also needs
-        # the target's feature layers and recent positions (dsim collect supplies them).
-        raise InputError(
-            drafter, None, f"real mode cannot run {draft_model.config.block!r}-block drafters yet"
-        )
     return model, draft_model
 
 

@@ -1,21 +1,26 @@
-"""`dsim validate`: the simulator's predictions against real-model runs of the same workload.
+"""`dsim validate`: the simulator's predictions against real-model runs (issues 7 and 17).
 
-One small Poisson workload is served three ways per policy:
+The held-out prompts are split by row (`dsim.real.validation_plan`): the acceptance trace's
+rows on the even rows drive the simulations, real mode serves the odd rows. The target is
+profiled on this machine right before the real runs (unless a profile is given), and so is
+the drafter. Each load (a target busy fraction under `mtp1`; its rate from the simulator by the
+stated rule) is repeated with different seeds (arrivals and sampling), and each repeat serves
+the same workload three ways per policy:
 1. real mode with the wall clock (the truth);
-2. simulation with a CPU profile of the target measured on this machine right before the runs
-   (unless a profile is given), the acceptance trace of the same drafter and a drafter profile
-   measured here on the real drafter (the "trace" model);
-3. simulation with the same profile and drafter cost but a parametric acceptance preset.
-Both simulations get the real run's exact arrivals, prompt lengths and generated lengths, so
-the errors isolate the step-time model and the acceptance model. `diagnostics.json` checks the
-step-time model alone (its prediction for the real run's own batches vs their measured time).
-Real mode runs a step's prefill as its own pass after the verify pass, so its steps with
-prefill work pay the per-pass cost twice where the model composes one fused pass.
+2. simulation with the measured profiles and the trace half (the "trace" model);
+3. simulation with the same profiles and a parametric acceptance preset.
+Both simulations get the real run's exact arrivals, prompt lengths and generated lengths.
+`dsim.real.validation_report` turns the runs into means and spread, errors, rankings, ratios,
+targets and the error attribution (validation.json, comparison.json, diagnostics.json,
+report.md).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import platform
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,41 +31,98 @@ import pandas as pd
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
 from dsim.engine.config import DraftCost, EngineConfig
+from dsim.errors import InputError
 from dsim.fileio import write_json, write_with
 from dsim.hardware.latency import LatencyModel, write_profile
 from dsim.hardware.measure import Grid
-from dsim.policies import parse_policy
+from dsim.metrics import per_user
+from dsim.models.data import read_prompt_file, write_prompt_file
+from dsim.policies import Oracle, parse_policy
+from dsim.real.backend import RealBackend
+from dsim.real.commands import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
-from dsim.report import frame_table
-from dsim.run import RunSpec, run_engine, write_run
+from dsim.real.validation_plan import (
+    arrivals_spec,
+    generated_lengths,
+    rate_for_load,
+    served_prompts,
+    trace_half,
+    write_trace_half,
+)
+from dsim.real.validation_report import (
+    METRICS,
+    attribution,
+    comparisons,
+    report_markdown,
+    validation_json,
+)
+from dsim.run import RunResult, RunSpec, run_engine, write_run
 from dsim.workload import Workload
 
-METRICS = ("throughput_tok_s", "tpot_p50_s", "ttft_p50_s", "accepted_length_mean")
 POLICIES = ("mtp1", "fixed:4", "dspark")
+LOADS = (("light", 1 / 3), ("moderate", 2 / 3))  # target mtp1 busy fractions
 DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
 class Settings:
-    drafter: Path
-    acceptance: Path  # the drafter's acceptance trace
-    prompts: Path
-    profile: Path | None  # None: profile the target on this machine before the real runs
+    drafter: Path = DEFAULT_DRAFTER
+    acceptance: Path = DEFAULT_TRACE  # the drafter's trace, recorded on `prompts`
+    prompts: Path = DEFAULT_PROMPTS
+    profile: Path | None = None  # None: profile the target on this machine before the real runs
     preset: str = "preset:dspark:chat"
     policies: tuple[str, ...] = POLICIES
-    requests: int = 32
-    rate: float = 0.5  # Poisson arrivals per second
+    loads: tuple[tuple[str, float], ...] = LOADS
+    repeats: int = DEFAULT_REPEATS  # seeds seed, seed + 1, ...
+    requests: int = 32  # per run
     max_new_tokens: int = 64
     max_seqs: int = 16
     seed: int = 0
     target: str = "smollm2-135m"
     profile_contexts: tuple[int, ...] = (128, 256, 512)  # of the on-machine profile
 
+    def check(self) -> None:
+        """Everything that can be refused before a model is loaded or a file written."""
+        for name in ("repeats", "requests", "max_new_tokens", "max_seqs"):
+            if getattr(self, name) < 1:
+                raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
+        if self.seed < 0:
+            raise InputError(None, None, "--seed must be >= 0")
+        if not self.policies:
+            raise InputError(None, None, "--policies names no policy")
+        for policy in self.policies:
+            if isinstance(parse_policy(policy), Oracle):
+                raise InputError(None, None, "policy oracle cannot be served for real")
+        names = [n for n, _ in self.loads]
+        if not names or len(set(names)) != len(names):
+            raise InputError(None, None, "--loads needs distinct names: NAME=BUSY,...")
+        for name, busy in self.loads:
+            if not 0 < busy < 1:
+                raise InputError(None, None, f"load {name}: busy fraction must be in (0, 1)")
+        for path, what in ((self.drafter, "drafter checkpoint"), (self.profile, "profile")):
+            if path is not None and not Path(path).is_file():
+                raise InputError(path, None, f"{what} not found")
+
     def profile_grid(self) -> Grid:
         """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence."""
         seqs = tuple(sorted({r for r in (1, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
         return Grid(seqs, (1, 2, 4, 8), self.profile_contexts, (1, 4), (32, 128))
+
+
+def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
+    """`light=0.333,moderate=0.667` -> ((name, busy fraction), ...)."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        try:
+            busy = float(value)
+        except ValueError:
+            busy = float("nan")
+        if not sep or not name or not 0 < busy < 1:
+            raise InputError(None, None, f"--loads entry {part!r}: expected NAME=BUSY, 0<BUSY<1")
+        out.append((name, busy))
+    return tuple(out)
 
 
 def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:
@@ -133,6 +195,7 @@ def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[s
     for name, keep in (
         ("decode", steps.prefill_tokens == 0),
         ("with_prefill", steps.prefill_tokens > 0),
+        ("all", steps.prefill_tokens >= 0),
     ):
         real, pred = float(steps.latency_s[keep].sum()), float(predicted[keep].sum())
         out[f"{name}_steps"] = int(keep.sum())
@@ -142,35 +205,119 @@ def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[s
     return out
 
 
-def compare(real: dict, sim: dict) -> dict[str, dict[str, float]]:
-    return {
-        m: {"real": real[m], "sim": sim[m], "error": (sim[m] - real[m]) / real[m]} for m in METRICS
-    }
+class _TimedDrafter:
+    """A drafter whose draft() time is added to its backend's model time."""
+
+    def __init__(self, inner, backend: TimedBackend) -> None:
+        self._inner, self._backend = inner, backend
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def draft(self, *args, **kwargs):
+        return self._backend.timed(self._inner.draft, *args, **kwargs)
 
 
-def validate(
-    s: Settings, out: Path, log: Callable[[str], None] = print
-) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """Run every policy real + trace + preset; write runs, profiles and validation.json."""
+class TimedBackend(RealBackend):
+    """The real backend, timing its model passes (drafter draft, target forward, LM head and
+    softmax): the rest of a wall-clock step is the engine's and backend's own overhead."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.model_s = 0.0
+        forward, probs = self.passes.forward, self.passes.probs
+        self.passes.forward = lambda *a, **k: self.timed(forward, *a, **k)
+        self.passes.probs = lambda *a, **k: self.timed(probs, *a, **k)
+        if self.drafter is not None:
+            self.drafter = _TimedDrafter(self.drafter, self)
+
+    def timed(self, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.model_s += time.perf_counter() - start
+
+
+def run_metrics(result: RunResult) -> dict[str, float]:
+    """The compared metrics of one run (TPOT p90 from its per-request TPOTs)."""
+    tpot = per_user(result.requests)["tpot_s"].dropna().to_numpy()
+    out = {m: float(result.summary[m]) for m in METRICS if m in result.summary}
+    out["tpot_p90_s"] = float(np.percentile(tpot, 90)) if len(tpot) else float("nan")
+    out["busy_fraction"] = float(result.summary["busy_fraction"])
+    return out
+
+
+def machine() -> dict[str, str | int]:
+    """What the real runs ran on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count() or 0, "platform": platform.platform()}
+
+
+def _utc() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict:
+    """Every load x repeat x policy: a real run and its trace and preset simulations; writes
+    the runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
+    Input errors are raised before anything is written."""
     import torch
 
     from dsim.real.runner import load_models, profile_threads
 
+    s.check()
+    prompts = read_prompt_file(s.prompts)
+    served = served_prompts(prompts)
+    half, trace_meta = trace_half(s.acceptance, s.prompts, len(prompts))
     # The given profile's thread count, or 1 (real mode's) for the profile measured here.
     threads = profile_threads(s.profile) if s.profile is not None else 1
     if threads:
         torch.set_num_threads(threads)
     target, drafter = load_models(s.target, s.drafter)
+    if int(half["gamma"].iloc[0]) != drafter.gamma:
+        raise InputError(s.acceptance, None, f"gamma differs from the drafter's {drafter.gamma}")
+    started = time.perf_counter()
+    meta = {
+        "command": "dsim validate",
+        "date_utc": _utc(),
+        **machine(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_at_start": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "drafter": str(s.drafter),
+        "acceptance_trace": f"{s.acceptance} (rows on the even rows of {s.prompts})",
+        "served_prompts": f"odd rows of {s.prompts} ({len(served)} prompts)",
+        "requests_per_run": s.requests,
+        "max_new_tokens": s.max_new_tokens,
+        "max_seqs": s.max_seqs,
+        "repeats": s.repeats,
+        "seeds": f"{s.seed}..{s.seed + s.repeats - 1} (arrivals and sampling)",
+    }
+    served_file, trace_file = out / "prompts-served.jsonl", out / "trace-half.parquet"
+    write_prompt_file(served_file, served)
+    write_trace_half(half, trace_meta, s.acceptance, trace_file)
     draft_profile = out / "drafter-profile.csv"
+    log(f"profiling the drafter on this machine ({draft_profile})")
     measure_drafter_profile(drafter, target, draft_profile)
     profile = s.profile
     if profile is None:  # never clock a validation by another machine's profile
         profile = out / "profile.csv"
         log(f"profiling {s.target} on this machine ({profile})")
         write_cpu_profile(target, s.target, s.profile_grid(), profile, progress=False)
-    trace = f"synthetic:rate={s.rate},cv=1,n={s.requests},output={s.max_new_tokens},sigma=0"
+    meta["profile"] = str(profile)
     base = RunSpec(
-        trace=trace,
+        trace=arrivals_spec(1.0, s.requests, s.max_new_tokens),
         profile=str(profile),
         gamma=drafter.gamma,
         seed=s.seed,
@@ -178,42 +325,102 @@ def validate(
         draft_cost=str(draft_profile),
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
     )
-    results: dict = {}
-    diagnostics: dict = {}
-    for policy in s.policies:
-        spec = replace(base, policy=policy)
-        log(f"{policy}: real run (wall clock)")
-        load_before = os.getloadavg()
-        run = run_real(spec, target, drafter, s.prompts, "wall", s.max_new_tokens)
-        load = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
-        name = policy.replace(":", "")
-        write_real_run(run, out / "runs" / f"{name}-real")
-        work = realized(run)
-        diagnostics[policy] = {
-            "step_model": step_model_check(run, profile, draft_profile),
-            "real_run": {**load, "threads": torch.get_num_threads()},
-        }
-        results[policy] = {}
-        for kind, source in (("trace", str(s.acceptance)), ("preset", s.preset)):
-            calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
-            sim_spec = replace(spec, acceptance=source, calibration=calibration)
-            backend = Simulated(parse_acceptance(source, drafter.gamma, calibration))
-            sim = run_engine(sim_spec, work, backend)
-            write_run(sim, sim_spec, out / "runs" / f"{name}-{kind}")
-            results[policy][kind] = compare(run.result.summary, sim.summary)
-        log(table(results).to_string(index=False))
+    seeds = [s.seed + k for k in range(s.repeats)]
+    prompt_lengths = np.array([len(target.encode_chat(p.prompt)) for p in served], np.int64)
+    expected_out = generated_lengths(half, s.max_new_tokens)
+    plan = {}
+    for name, busy in s.loads:
+        rate, sim_busy = rate_for_load(
+            busy, base, str(trace_file), seeds, s.requests, prompt_lengths, expected_out
+        )
+        plan[name] = {"busy_target": busy, "rate": rate, "sim_busy": sim_busy}
+        log(f"load {name}: mtp1 busy {busy:.3f} -> {rate:.4g} requests/s (sim {sim_busy:.3f})")
+    rows, runs, parts = [], [], []
+    total, done = len(s.loads) * len(seeds) * len(s.policies), 0
+    for name, _ in s.loads:
+        for seed in seeds:
+            for policy in s.policies:
+                elapsed = time.perf_counter() - started
+                eta = f", ~{_clock(elapsed / done * (total - done))} left" if done else ""
+                log(f"[{done + 1}/{total}] {name} seed {seed} {policy} ({_clock(elapsed)}{eta})")
+                spec = replace(
+                    base,
+                    trace=arrivals_spec(plan[name]["rate"], s.requests, s.max_new_tokens),
+                    policy=policy,
+                    seed=seed,
+                )
+                folder = out / "runs" / name / f"s{seed}"
+                info, measured, part = _one_run(
+                    spec, target, drafter, served_file, s, str(trace_file), folder, profile,
+                    draft_profile,
+                )  # fmt: skip
+                key = {"load": name, "seed": seed, "policy": policy}
+                rows += [{**key, "kind": kind, **m} for kind, m in measured.items()]
+                runs.append({**key, **info})
+                parts.append({**key, **part})
+                done += 1
+    frame = pd.DataFrame(rows)
+    results = validation_json(frame)
+    comp = comparisons(frame)
+    attr = attribution(pd.DataFrame(parts))
+    meta["wall_time"] = _clock(time.perf_counter() - started)
     write_json(out / "validation.json", results)
-    write_json(out / "diagnostics.json", diagnostics)
-    write_with(out / "validation.md", lambda tmp: tmp.write_text(frame_table(table(results))))
+    write_json(out / "comparison.json", {"loads": plan, "by_load": comp})
+    write_json(
+        out / "diagnostics.json",
+        {"meta": meta, "runs": runs, "attribution": attr.to_dict(orient="records")},
+    )
+    text = report_markdown(meta, plan, runs, results, comp, attr)
+    write_with(out / "report.md", lambda tmp: tmp.write_text(text + "\n"))
+    log(text)
     return results
 
 
-def table(results: dict) -> pd.DataFrame:
-    """One row per policy, model and metric: real, simulated, relative error."""
-    rows = [
-        (policy, kind, metric, v["real"], v["sim"], v["error"])
-        for policy, kinds in results.items()
-        for kind, metrics in kinds.items()
-        for metric, v in metrics.items()
-    ]
-    return pd.DataFrame(rows, columns=["policy", "model", "metric", "real", "sim", "error"])
+def _one_run(
+    spec: RunSpec,
+    target,
+    drafter,
+    prompts: Path,
+    s: Settings,
+    trace: str,
+    folder: Path,
+    profile: Path,
+    draft_profile: Path,
+) -> tuple[dict, dict[str, dict[str, float]], dict[str, float]]:
+    """One real run and its two simulations: run info, metrics per kind, attribution parts."""
+    name = spec.policy.replace(":", "")
+    load_before, start_utc, t0 = os.getloadavg(), _utc(), time.perf_counter()
+    run = run_real(
+        spec, target, drafter, prompts, "wall", s.max_new_tokens, make_backend=TimedBackend
+    )
+    wall = time.perf_counter() - t0
+    write_real_run(run, folder / f"{name}-real")
+    measured = {"real": run_metrics(run.result)}
+    work = realized(run)
+    for kind, source in (("trace", trace), ("preset", s.preset)):
+        calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
+        sim_spec = replace(spec, acceptance=source, calibration=calibration)
+        backend = Simulated(parse_acceptance(source, spec.gamma, calibration))
+        sim = run_engine(sim_spec, work, backend)
+        write_run(sim, sim_spec, folder / f"{name}-{kind}")
+        measured[kind] = run_metrics(sim)
+    check = step_model_check(run, profile, draft_profile)
+    info = {
+        "start_utc": start_utc,
+        "wall_s": wall,
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "real_busy": measured["real"]["busy_fraction"],
+        "step_model": check,
+    }
+    part = {
+        "tpot_real": measured["real"]["tpot_p50_s"],
+        "tpot_sim": measured["trace"]["tpot_p50_s"],
+        "step_real_s": check["all_real_s"],
+        "step_predicted_s": check["all_predicted_s"],
+        "model_s": run.backend.model_s,
+        "steps": check["all_steps"],
+        "tau_real": measured["real"]["accepted_length_mean"],
+        "tau_sim": measured["trace"]["accepted_length_mean"],
+    }
+    return info, measured, part

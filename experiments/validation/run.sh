@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact commands behind experiments/validation (issue 7). CPU, 1 torch thread (as in the
+# The exact commands behind experiments/validation (issues 7 and 17). CPU, 1 torch thread (as in the
 # profile's sidecar). Wall-clock comparisons need a quiet machine: run when the 1-minute load
 # average is below ~1.3 (this script waits for it, up to 30 minutes, then runs all three steps
 # back to back; each step records the load average it saw).
@@ -18,12 +18,11 @@ quiet() {
   echo "machine never got quiet; measuring anyway" >&2
 }
 
-# 1-2. Real mode (wall clock) vs simulation (trace-driven and preset), mtp1 / fixed:4 / dspark.
-# Without --profile, validate first profiles the target on this machine (1 torch thread, real
-# mode's own pass) into experiments/validation/profile.csv, right before the real runs.
+# 1-2. Real mode (wall clock) vs simulation (trace-driven and preset), mtp1 / fixed:4 / dspark,
+# at a light and a moderate load, 3 seeds each (issue 17). validate first profiles the target
+# and the drafter on this machine (1 torch thread, real mode's own pass) into OUT.
 quiet
-$DSIM validate --drafter drafters/markov.pt --acceptance traces/acceptance/smollm2-markov.parquet \
-  --requests 32 --rate 0.5 --max-new-tokens 64 --out experiments/validation
+$DSIM validate --out experiments/validation/v2 --repeats 3
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

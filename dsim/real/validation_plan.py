@@ -1,0 +1,159 @@
+"""What `dsim validate` serves, and at which rates (issue 17).
+
+The prompt split: the acceptance trace that drives the simulation must come from prompts other
+than the ones validation serves. `dsim collect` numbers sequences by their row in its prompt
+file (`seq_id`, recorded with the file in the trace's sidecar `dataset`), so the held-out file
+is split by row: EVEN rows (0, 2, 4, ...) are the trace half, whose trace rows drive the
+simulation; ODD rows are the served half, which real mode serves (request i asks served prompt
+i mod P). The two halves are disjoint and together cover the file.
+
+The rate rule: a load is a target busy fraction of the server under `mtp1` (light 1/3,
+moderate 2/3). Its arrival rate is the one at which the *simulator* (the just-measured target
+and drafter profiles, the trace half's acceptance, the served prompts' real lengths and the
+trace half's generated lengths) keeps the server busy that fraction of the time under `mtp1`,
+averaged over the repeats' arrival seeds: a bisection on log(rate). The real busy fraction each
+run achieved is reported next to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dsim.acceptance.sources import parse_acceptance
+from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
+from dsim.engine.backend import Simulated
+from dsim.errors import InputError
+from dsim.models.data import Prompt
+from dsim.run import RunSpec, run_engine
+from dsim.workload import Workload, load_workload
+
+RATE_RANGE = (1e-4, 1e4)  # requests/s searched by the rate rule
+BISECTIONS = 40
+
+
+def split_rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of an n-prompt file: (trace half: even rows, served half: odd rows)."""
+    rows = np.arange(n)
+    return rows[rows % 2 == 0], rows[rows % 2 == 1]
+
+
+def trace_half(trace: Path, prompts: Path, n_prompts: int) -> tuple[pd.DataFrame, dict]:
+    """The trace's rows recorded on the trace half of `prompts`; InputError (one line) if the
+    trace was recorded on another prompt file, or has no rows there."""
+    df, meta = read_acceptance_trace(trace)
+    dataset = meta.get("dataset")
+    if not dataset or Path(dataset).resolve() != Path(prompts).resolve():
+        raise InputError(
+            trace,
+            None,
+            f"recorded on prompts {dataset!r}, not {str(prompts)!r}: its seq_id rows cannot be "
+            "split from the served prompts",
+        )
+    if int(df["seq_id"].max()) >= n_prompts:
+        raise InputError(trace, None, f"seq_id beyond the {n_prompts} rows of {prompts}")
+    keep, _ = split_rows(n_prompts)
+    half = df[df["seq_id"].isin(keep)].reset_index(drop=True)
+    if half.empty:
+        raise InputError(
+            trace, None, "no rows on the trace half (even rows) of the prompts: nothing to replay"
+        )
+    return half, meta
+
+
+def write_trace_half(half: pd.DataFrame, meta: dict, source: Path, out: Path) -> None:
+    """The trace half as an acceptance trace of its own (the simulations replay this file)."""
+    note = f"rows of {source} on the even rows of {meta['dataset']} (dsim validate's split)"
+    keep = {k: meta[k] for k in ("target", "drafter", "dataset", "temperature")}
+    write_acceptance_trace(half, out, {**keep, "command": note})
+
+
+def generated_lengths(half: pd.DataFrame, cap: int) -> np.ndarray:
+    """Tokens each trace sequence generated (the prefill's token plus accepted + 1 per round),
+    at most `cap`: the output lengths the rate rule expects."""
+    per_seq = (half["accepted"] + 1).groupby(half["seq_id"]).sum().to_numpy()
+    return np.minimum(per_seq + 1, cap).astype(np.int64)
+
+
+def arrivals_spec(rate: float, n: int, cap: int) -> str:
+    """The trace spec of a validation run: n Poisson arrivals at `rate`, outputs capped at
+    `cap` (real mode ends a request at its cap or its end-of-sequence token)."""
+    return f"synthetic:rate={rate!r},cv=1,n={n},output={cap},sigma=0"
+
+
+def expected_workload(
+    rate: float, n: int, seed: int, prompt_tokens: np.ndarray, output_tokens: np.ndarray
+) -> Workload:
+    """n Poisson arrivals at `rate` (the real runs' arrivals for this seed), request i with
+    served prompt i mod P's length and the i mod S-th expected output length."""
+    arrivals = load_workload(arrivals_spec(rate, n, 1), seed).arrival_s
+    i = np.arange(n)
+    return Workload(
+        arrivals,
+        prompt_tokens[i % len(prompt_tokens)],
+        output_tokens[i % len(output_tokens)],
+        "dsim validate rate rule",
+    )
+
+
+def simulated_busy(spec: RunSpec, workload: Workload, acceptance: str) -> float:
+    """The busy fraction of a trace-driven simulation of `workload` under `spec`."""
+    source = parse_acceptance(acceptance, spec.gamma, "raw")  # real mode's raw confidences
+    return float(run_engine(spec, workload, Simulated(source)).summary["busy_fraction"])
+
+
+def choose_rate(
+    busy: float,
+    busy_at: Callable[[float], float],
+    lo: float = RATE_RANGE[0],
+    hi: float = RATE_RANGE[1],
+    steps: int = BISECTIONS,
+) -> float:
+    """The rate whose busy fraction `busy_at(rate)` is `busy` (bisection on log rate; busy
+    grows with the rate)."""
+    if not 0 < busy < 1:
+        raise InputError(None, None, f"a load's busy fraction must be in (0, 1), got {busy}")
+    for _ in range(steps):
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (mid, hi) if busy_at(mid) < busy else (lo, mid)
+    return float(np.sqrt(lo * hi))
+
+
+def rate_for_load(
+    busy: float,
+    base: RunSpec,
+    acceptance: str,
+    seeds: list[int],
+    n: int,
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+) -> tuple[float, float]:
+    """The rule's rate for a target `mtp1` busy fraction, and the simulated busy fraction
+    there (mean over `seeds`)."""
+    spec = replace(base, policy="mtp1")
+
+    def busy_at(rate: float) -> float:
+        runs = [
+            simulated_busy(
+                replace(spec, seed=s),
+                expected_workload(rate, n, s, prompt_tokens, output_tokens),
+                acceptance,
+            )
+            for s in seeds
+        ]
+        return float(np.mean(runs))
+
+    rate = choose_rate(busy, busy_at)
+    return rate, busy_at(rate)
+
+
+def served_prompts(prompts: list[Prompt]) -> list[Prompt]:
+    """The served half (odd rows) of the prompt file."""
+    _, serve = split_rows(len(prompts))
+    if not len(serve):
+        raise InputError(None, None, "the prompt file needs at least 2 prompts to split")
+    return [prompts[i] for i in serve]

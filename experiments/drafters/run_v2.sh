@@ -28,6 +28,7 @@ collect() {  # KIND [--greedy]: real speculative decoding on the held-out prompt
 lane1() {
   train markov "$STEPS"
   touch "$LOGS/markov.done"
+  collect markov
   train ar "$STEPS"
   collect ar
   collect ar --greedy
@@ -41,7 +42,6 @@ lane2() {
   collect rnn
   collect mtp1
   while [[ ! -e "$LOGS/markov.done" ]]; do sleep 30; done
-  collect markov
   collect markov --greedy
 }
 

@@ -307,10 +307,11 @@ class TrainCache:
         return int(self.offsets[-1]) - int(self.answer_start.sum())
 
     def anchors(self, gamma: int) -> torch.Tensor:
-        """Answer rows j whose next `gamma` answer tokens exist: training anchors."""
+        """Answer rows j whose next `gamma` answer tokens exist: training anchors (none from an
+        answer of `gamma` tokens or fewer, e.g. one the target ended early)."""
         starts = (self.offsets[:-1] + self.answer_start).tolist()
         ends = self.offsets[1:].tolist()
-        rows = [torch.arange(lo, hi - gamma) for lo, hi in zip(starts, ends, strict=True)]
+        rows = [torch.arange(lo, max(lo, hi - gamma)) for lo, hi in zip(starts, ends, strict=True)]
         return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
 
     def seq_start(self) -> torch.Tensor:

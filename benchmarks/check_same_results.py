@@ -37,6 +37,13 @@ def specs() -> dict[str, dict]:
         "acceptance": "iid:0.7",
         "seed": 3,
     }
+    # Clusters: a router that reads replica state at each arrival, and the prefill -> decode
+    # hand-off over the KV link (replicas must not run past another's event).
+    cluster = {"trace": AZURE, "window": "0:240"}
+    out["replicas2-least-loaded-dspark"] = {**cluster, "replicas": 2, "router": "least-loaded"}
+    out["replicas2-round-robin-fixed:3"] = {**cluster, "replicas": 2, "policy": "fixed:3"}
+    out["disagg1:1-dspark"] = {**cluster, "disagg": "1:1"}
+    out["disagg1:1-threshold"] = {**cluster, "disagg": "1:1", "policy": "threshold:0.5"}
     return out
 
 

@@ -145,13 +145,18 @@ class Fixed:
     k: int
     name: str
     synchronous: bool = False
+    _made: dict = field(default_factory=dict, repr=False)  # (rows, gamma) -> lengths
 
     @property
     def drafts(self) -> bool:
         return self.k > 0
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
-        return np.full(conf.shape[0], min(self.k, conf.shape[1]), dtype=np.int64)
+        """The same array for every round of a batch size (the engine only reads it)."""
+        shape = conf.shape
+        if shape not in self._made:
+            self._made[shape] = np.full(shape[0], min(self.k, shape[1]), dtype=np.int64)
+        return self._made[shape]
 
 
 @dataclass

@@ -236,13 +236,6 @@ class Replica:
             for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
         )
 
-    def _sps(
-        self, draft_s: float, r: int, ctx: float, prefill: tuple[int, int, float]
-    ) -> Callable[[np.ndarray], np.ndarray]:
-        """Steps per second of a round verifying B tokens over the step's R sequences, drafter,
-        scheduler and prefill work included."""
-        return lambda x: 1.0 / (draft_s + self.latency.step(x, r, ctx, *prefill))
-
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
         started = self.clock.start()
@@ -256,16 +249,22 @@ class Replica:
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
         ctx = total(b[:, CTX]) / r if r else 0.0
         p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
-        prefill = (p, len(takes), p_ctx)
+        price = self.latency.priced(r, ctx, p, len(takes), p_ctx)  # the step's latency of B
         draft_s, decode, verify_tokens = 0.0, None, 0
         if r:
             ids = b[:, ID]
             conf, truth = self.backend.draw(ids, self.rng)
             if self.drafts:
-                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, self.latency)
+                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
-            lengths = self.policy.lengths(conf, self._sps(draft_s, r, ctx, prefill), truth)
+
+            def sps(x: np.ndarray) -> np.ndarray:
+                """Steps per second of a round verifying B tokens, drafter and prefill work
+                included."""
+                return 1.0 / (draft_s + price(x))
+
+            lengths = self.policy.lengths(conf, sps, truth)
             emitted, stop = self.backend.verify(ids, lengths, truth)
             if self.observe is not None:
                 self.observe(lengths, emitted - 1)
@@ -275,7 +274,7 @@ class Replica:
         first_stop = None
         if completing:
             first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
-        modelled = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill)
+        modelled = draft_s + price(verify_tokens)
         step_s = self.clock.seconds(started, modelled)
         self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)
         self._plan = (decode, takes, completing, first_stop)

@@ -233,11 +233,12 @@ class Surface:
 
     def at(self, tokens: Any, seqs: int, context_len: float) -> Any:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
+        return self.section(seqs, context_len)(tokens)
+
+    def section(self, seqs: int, context_len: float) -> Section:
+        """The surface at fixed R and C, a function of B alone."""
         lo, hi, w = self.bracket(context_len)
-        y0 = self._f(lo, tokens) + self._g(lo, seqs)
-        if lo == hi:
-            return y0
-        return y0 + w * (self._f(hi, tokens) + self._g(hi, seqs) - y0)
+        return Section(self, lo, hi, w, self._g(lo, seqs), self._g(hi, seqs))
 
     def fixed(self, context_len: float) -> float:
         """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""
@@ -253,6 +254,71 @@ class Surface:
             "fit_median_abs_error": round(float(np.median(err)), 4),
             "fit_worst_abs_error": round(float(np.max(err)), 4),
         }
+
+
+class Section:
+    """A surface at fixed R and C: its context bracket and g_C(R) are looked up once, so the
+    engine's several look-ups per step (drafter, SPS(B), the step's charge) pay only f_C(B)."""
+
+    __slots__ = ("surface", "lo", "hi", "w", "g_lo", "g_hi", "f_lo", "f_hi")
+
+    def __init__(self, surface: Surface, lo: int, hi: int, w: float, g_lo: float, g_hi: float):
+        self.surface, self.lo, self.hi, self.w = surface, lo, hi, w
+        self.g_lo, self.g_hi = g_lo, g_hi
+        self.f_lo, self.f_hi = surface._fl[lo], surface._fl[hi]
+
+    def __call__(self, tokens: Any) -> Any:
+        """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
+        if isinstance(tokens, int) and 0 <= tokens < len(self.f_lo):  # the scalar fast path
+            f_lo, f_hi = self.f_lo[tokens], self.f_hi[tokens]
+        else:
+            f_lo, f_hi = self.surface._f(self.lo, tokens), self.surface._f(self.hi, tokens)
+        y0 = f_lo + self.g_lo
+        if self.lo == self.hi:
+            return y0
+        return y0 + self.w * (f_hi + self.g_hi - y0)
+
+
+class StepPrice:
+    """`LatencyModel.step` and `.latency` at one step's sequences and contexts, with every
+    look-up that does not depend on the verify tokens B done once (the engine prices a step
+    several times: the drafter's pass, the policy's SPS(B), the step's charge)."""
+
+    __slots__ = ("model", "num_seqs", "context_len", "section", "prefill_tokens", "p", "shared")
+
+    def __init__(
+        self,
+        model: LatencyModel,
+        num_seqs: int,
+        context_len: float,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_context: float = 0.0,
+    ) -> None:
+        self.model, self.num_seqs, self.context_len = model, int(num_seqs), context_len
+        self.section = model.verify.section(self.num_seqs, context_len)
+        self.prefill_tokens, self.p, self.shared = prefill_tokens, 0.0, 0.0
+        if prefill_tokens:
+            self.p = model.prefill(prefill_tokens, prefill_seqs, prefill_context)
+            fixed = model.verify.fixed(context_len), model.prefill_surface.fixed(prefill_context)
+            self.shared = min(*fixed, self.p)
+
+    def latency(self, batch_tokens: Any, num_seqs: int, context_len: float) -> Any:
+        """`LatencyModel.latency` (a drop-in for it, e.g. for `DraftCost`)."""
+        if num_seqs != self.num_seqs or context_len != self.context_len:
+            return self.model.latency(batch_tokens, num_seqs, context_len)
+        return self.model._floored(self.section(_int(batch_tokens)))
+
+    def __call__(self, verify_tokens: Any) -> Any:
+        """`LatencyModel.step` for B verify tokens (B may be an array: the policies' SPS(B))."""
+        if not self.prefill_tokens:
+            return self.latency(verify_tokens, self.num_seqs, self.context_len)
+        if not self.num_seqs:
+            return self.p
+        v = self.latency(verify_tokens, self.num_seqs, self.context_len)
+        if isinstance(v, float):
+            return v + self.p - min(self.shared, v)
+        return v + self.p - np.minimum(self.shared, v)
 
 
 class LatencyModel:
@@ -307,16 +373,20 @@ class LatencyModel:
     ) -> Any:
         """Seconds for a step with verify work (B may be an array at fixed R and C: the
         policies' SPS(B)) and prefill work; a mixed step pays the fixed cost once."""
-        if not prefill_tokens:
-            return self.latency(verify_tokens, num_seqs, context_len)
-        p = self.prefill(prefill_tokens, prefill_seqs, prefill_context)
-        if not num_seqs:
-            return p
-        v = self.latency(verify_tokens, num_seqs, context_len)
-        shared = min(self.verify.fixed(context_len), self.prefill_surface.fixed(prefill_context), p)
-        if isinstance(v, float):
-            return v + p - min(shared, v)
-        return v + p - np.minimum(shared, v)
+        return self.priced(num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)(
+            verify_tokens
+        )
+
+    def priced(
+        self,
+        num_seqs: int,
+        context_len: float,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_context: float = 0.0,
+    ) -> StepPrice:
+        """`step` as a function of the verify tokens alone, for one step's other figures."""
+        return StepPrice(self, num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)
 
     def _floored(self, y: Any) -> Any:
         if isinstance(y, float):

@@ -43,7 +43,10 @@ from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
 # Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
-# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it.
+# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it. A round
+# that emits e tokens accepts e - 1 drafts (the output cap cuts only a request's last round), so
+# ACCEPTED holds accepted drafts minus CTX plus rounds, which a round leaves unchanged too; the
+# cap's cut is added back as the request leaves (`_commit_decode`). `_counters` decodes both.
 ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
@@ -97,6 +100,8 @@ class Replica:
         self.running = 0
         self.rounds = 0  # decode rounds run so far
         self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
+        self.batch_ctx = 0  # sum of the batch's CTX column
+        self.batch_blocks = 0  # sum of the batch's BLOCKS column
         self.admissions = 0
         self.used_blocks = 0
         self.steps = StepRecorder()
@@ -172,12 +177,13 @@ class Replica:
             b = self.batch
             # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
             need = (b[:, CTX] + pad) // self.cfg.block_size
-            grow = total(need - b[:, BLOCKS])
+            grow = total(need) - self.batch_blocks
             if grow == 0:
                 return
             if self.used_blocks + grow <= self.cfg.kv_blocks:
                 b[:, BLOCKS] = need
                 self.used_blocks += grow
+                self.batch_blocks += grow
                 return
             victim = int(np.argmax(b[:, ORDER]))
             i = int(b[victim, ID])
@@ -189,29 +195,43 @@ class Replica:
     def _leave(self, rows: np.ndarray) -> None:
         """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
         b = self.batch
-        ids = b[rows, ID]
-        self.rec.counters[ids] = b[rows][:, COUNTERS]
-        self.rec.counters[ids, COUNTERS.index(ROUNDS)] += self.rounds
-        self.rec.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
-        self.used_blocks -= int(b[rows, BLOCKS].sum())
+        gone = b[rows]
+        ids = gone[:, ID]
+        self.rec.counters[ids] = self._counters(gone)
+        self.rec.generated[ids] = gone[:, CTX] - self.w.prompt_tokens[ids]
+        blocks = int(gone[:, BLOCKS].sum())
+        self.used_blocks -= blocks
+        self.batch_blocks -= blocks
+        self.batch_ctx -= int(gone[:, CTX].sum())
         stay = b[~rows]
         self.running = len(stay)
         self.rows[: self.running] = stay
         self.batch = self.rows[: self.running]
         self.backend.released(ids)
 
+    def _counters(self, rows: np.ndarray) -> np.ndarray:
+        """Rounds, verified and accepted drafts of batch rows (see COUNTERS)."""
+        out = rows[:, COUNTERS] + [self.rounds, 0, 0]
+        out[:, 2] += rows[:, CTX] - out[:, 0]
+        return out
+
     def _join(self, i: int, blocks: int, order: int) -> None:
         """Request i, prefilled, joins the batch with its saved counters."""
         row = self.rows[self.running]
-        row[:ROUNDS] = (
+        context = self._context(i)
+        rounds, verified, accepted = self.rec.counters[i].tolist()
+        row[:] = (
             i,
-            self._context(i),
+            context,
             self._left(i),
             blocks,
             order,
+            rounds - self.rounds,
+            verified,
+            accepted - context + rounds,
         )
-        row[ROUNDS:] = self.rec.counters[i]
-        row[ROUNDS] -= self.rounds
+        self.batch_ctx += context
+        self.batch_blocks += blocks
         self.running += 1
         self.batch = self.rows[: self.running]
 
@@ -247,7 +267,7 @@ class Replica:
         if r == 0 and p == 0:
             return None
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
-        ctx = total(b[:, CTX]) / r if r else 0.0
+        ctx = self.batch_ctx / r if r else 0.0
         p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
         price = self.latency.priced(r, ctx, p, len(takes), p_ctx)  # the step's latency of B
         draft_s, decode, verify_tokens = 0.0, None, 0
@@ -299,14 +319,16 @@ class Replica:
         if stop is not None:  # an end-of-sequence token ends the request with this round
             self.work -= total(left[stop] - emit[stop])
             left[stop] = emit[stop]
-        self.work -= total(emit)
+        emitted_now = total(emit)
+        self.work -= emitted_now
+        self.batch_ctx += emitted_now
         b[:, CTX] += emit
         left -= emit
         b[:, VERIFIED] += lengths
-        b[:, ACCEPTED] += emitted - 1
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0
+            b[done, ACCEPTED] += emitted[done] - emit[done]  # what the output cap cut
             ids = b[done, ID]
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index

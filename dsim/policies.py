@@ -42,23 +42,29 @@ def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
     """
     a = np.cumprod(conf, axis=1).ravel()
-    keep = np.flatnonzero(a > 0)
-    order = np.argsort(-a[keep])
-    if (np.diff(a[keep][order]) == 0).any():
-        order = np.argsort(-a[keep], kind="stable")
-    order = keep[order]
+    positive = a > 0
+    keep = None if np.count_nonzero(positive) == len(a) else np.flatnonzero(positive)
+    kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
+    order = np.argsort(-kept)
+    if np.count_nonzero(np.diff(kept[order])) < len(order) - 1:  # a tie
+        order = np.argsort(-kept, kind="stable")
+    if keep is not None:
+        order = keep[order]
     return order // conf.shape[1], a[order]
 
 
 def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Round rate SPS and expected tokens per second after admitting the first k candidates."""
-    tau = r + np.concatenate([[0.0], np.cumsum(survival)])
-    speed = _sps_at(sps, r + np.arange(len(survival) + 1))
+    tau = np.empty(len(survival) + 1)
+    tau[0] = 0.0
+    np.cumsum(survival, out=tau[1:])
+    tau += r
+    speed = _sps_at(sps, np.arange(r, r + len(survival) + 1))
     return speed, tau * speed
 
 
 def _to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
-    return np.bincount(rows, minlength=r).astype(np.int64)
+    return np.bincount(rows, minlength=r).astype(np.int64, copy=False)
 
 
 def _sla_stop(

@@ -215,15 +215,15 @@ class Surface:
         self._fl, self._gl = self.f.tolist(), self.g.tolist()
         self._fixed = [fv[0] + gv[0] for fv, gv in zip(self._fl, self._gl, strict=True)]
 
-    def _f(self, row: int, b: Any) -> Any:
-        if isinstance(b, int) and 0 <= b < len(self._fl[row]):
-            return self._fl[row][b]
+    def _f(self, rows: tuple[int, ...], b: Any) -> list[Any]:
+        """f(B) at each of `rows`: table entries when B is within the table (checked once)."""
+        if isinstance(b, int) and 0 <= b < len(self._fl[0]):
+            return [self._fl[row][b] for row in rows]
         arr = np.asarray(b)
         if arr.dtype.kind in "iu" and arr.size and arr.min() >= 0 and arr.max() < self.f.shape[1]:
-            return self.f[row, arr]
-        bk, fv, _, _ = self.knots[row]
-        y = _interp_linear(arr.astype(np.float64), bk, fv)
-        return float(y) if y.ndim == 0 else y
+            return [self.f[row, arr] for row in rows]
+        out = [_interp_linear(arr.astype(np.float64), *self.knots[row][:2]) for row in rows]
+        return [float(y) if y.ndim == 0 else y for y in out]
 
     def _g(self, row: int, r: int) -> float:
         if 0 <= r < len(self._gl[row]):
@@ -271,8 +271,10 @@ class Section:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
         if isinstance(tokens, int) and 0 <= tokens < len(self.f_lo):  # the scalar fast path
             f_lo, f_hi = self.f_lo[tokens], self.f_hi[tokens]
+        elif self.lo == self.hi:
+            f_lo = f_hi = self.surface._f((self.lo,), tokens)[0]
         else:
-            f_lo, f_hi = self.surface._f(self.lo, tokens), self.surface._f(self.hi, tokens)
+            f_lo, f_hi = self.surface._f((self.lo, self.hi), tokens)
         y0 = f_lo + self.g_lo
         if self.lo == self.hi:
             return y0

@@ -286,7 +286,16 @@ class StepPrice:
     look-up that does not depend on the verify tokens B done once (the engine prices a step
     several times: the drafter's pass, the policy's SPS(B), the step's charge)."""
 
-    __slots__ = ("model", "num_seqs", "context_len", "section", "prefill_tokens", "p", "shared")
+    __slots__ = (
+        "model",
+        "num_seqs",
+        "context_len",
+        "section",
+        "floor",
+        "prefill_tokens",
+        "p",
+        "shared",
+    )
 
     def __init__(
         self,
@@ -298,26 +307,32 @@ class StepPrice:
         prefill_context: float = 0.0,
     ) -> None:
         self.model, self.num_seqs, self.context_len = model, int(num_seqs), context_len
-        self.section = model.verify.section(self.num_seqs, context_len)
+        self.section, self.floor = model.verify.section(self.num_seqs, context_len), model._floor
         self.prefill_tokens, self.p, self.shared = prefill_tokens, 0.0, 0.0
         if prefill_tokens:
             self.p = model.prefill(prefill_tokens, prefill_seqs, prefill_context)
             fixed = model.verify.fixed(context_len), model.prefill_surface.fixed(prefill_context)
             self.shared = min(*fixed, self.p)
 
+    def verify(self, batch_tokens: Any) -> Any:
+        """`LatencyModel.latency` at this step's sequences and context."""
+        b = batch_tokens if type(batch_tokens) is int else _int(batch_tokens)
+        y = self.section(b)
+        return y if type(y) is float and y > self.floor else self.model._floored(y)
+
     def latency(self, batch_tokens: Any, num_seqs: int, context_len: float) -> Any:
         """`LatencyModel.latency` (a drop-in for it, e.g. for `DraftCost`)."""
-        if num_seqs != self.num_seqs or context_len != self.context_len:
-            return self.model.latency(batch_tokens, num_seqs, context_len)
-        return self.model._floored(self.section(_int(batch_tokens)))
+        if num_seqs == self.num_seqs and context_len == self.context_len:
+            return self.verify(batch_tokens)
+        return self.model.latency(batch_tokens, num_seqs, context_len)
 
     def __call__(self, verify_tokens: Any) -> Any:
         """`LatencyModel.step` for B verify tokens (B may be an array: the policies' SPS(B))."""
         if not self.prefill_tokens:
-            return self.latency(verify_tokens, self.num_seqs, self.context_len)
+            return self.verify(verify_tokens)
         if not self.num_seqs:
             return self.p
-        v = self.latency(verify_tokens, self.num_seqs, self.context_len)
+        v = self.verify(verify_tokens)
         if isinstance(v, float):
             return v + self.p - min(self.shared, v)
         return v + self.p - np.minimum(self.shared, v)

@@ -97,9 +97,8 @@ class Replica:
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
-        self.running = 0
         self.rounds = 0  # decode rounds run so far
-        self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
+        self._set_running(0)
         self.batch_ctx = 0  # sum of the batch's CTX column
         self.batch_blocks = 0  # sum of the batch's BLOCKS column
         self.admissions = 0
@@ -174,22 +173,22 @@ class Replica:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
         pad = self.lookahead + self.cfg.block_size - 1
         while self.running:
-            b = self.batch
             # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
-            need = (b[:, CTX] + pad) // self.cfg.block_size
+            need = self.ctx + pad
+            need //= self.cfg.block_size
             grow = total(need) - self.batch_blocks
             if grow == 0:
                 return
             if self.used_blocks + grow <= self.cfg.kv_blocks:
-                b[:, BLOCKS] = need
+                self.blocks[:] = need
                 self.used_blocks += grow
                 self.batch_blocks += grow
                 return
-            victim = int(np.argmax(b[:, ORDER]))
-            i = int(b[victim, ID])
+            victim = int(np.argmax(self.batch[:, ORDER]))
+            i = int(self.ids[victim])
             self.rec.preemptions[i] += 1
             self.waiting.appendleft(i)
-            self._leave(np.arange(len(b)) == victim)
+            self._leave(np.arange(self.running) == victim)
             self.work += self._context(i)  # its KV is gone: the whole context is prefilled again
 
     def _leave(self, rows: np.ndarray) -> None:
@@ -204,9 +203,8 @@ class Replica:
         self.batch_blocks -= blocks
         self.batch_ctx -= int(gone[:, CTX].sum())
         stay = b[~rows]
-        self.running = len(stay)
-        self.rows[: self.running] = stay
-        self.batch = self.rows[: self.running]
+        self.rows[: len(stay)] = stay
+        self._set_running(len(stay))
         self.backend.released(ids)
 
     def _counters(self, rows: np.ndarray) -> np.ndarray:
@@ -232,8 +230,14 @@ class Replica:
         )
         self.batch_ctx += context
         self.batch_blocks += blocks
-        self.running += 1
-        self.batch = self.rows[: self.running]
+        self._set_running(self.running + 1)
+
+    def _set_running(self, n: int) -> None:
+        """The batch is rows[:n]; its column views are made here, not every round."""
+        self.running = n
+        self.batch = b = self.rows[:n]
+        self.ids, self.ctx, self.left = b[:, ID], b[:, CTX], b[:, LEFT]
+        self.blocks, self.verified = b[:, BLOCKS], b[:, VERIFIED]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -272,7 +276,7 @@ class Replica:
         price = self.latency.priced(r, ctx, p, len(takes), p_ctx)  # the step's latency of B
         draft_s, decode, verify_tokens = 0.0, None, 0
         if r:
-            ids = b[:, ID]
+            ids = self.ids
             conf, truth = self.backend.draw(ids, self.rng)
             if self.drafts:
                 draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
@@ -313,8 +317,7 @@ class Replica:
     ) -> None:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
         to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
-        b = self.batch
-        left = b[:, LEFT]
+        b, left = self.batch, self.left
         emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
             self.work -= total(left[stop] - emit[stop])
@@ -322,9 +325,9 @@ class Replica:
         emitted_now = total(emit)
         self.work -= emitted_now
         self.batch_ctx += emitted_now
-        b[:, CTX] += emit
+        self.ctx += emit
         left -= emit
-        b[:, VERIFIED] += lengths
+        self.verified += lengths
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0

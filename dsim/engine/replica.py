@@ -103,6 +103,7 @@ class Replica:
         self.batch_blocks = 0  # sum of the batch's BLOCKS column
         self.admissions = 0
         self.used_blocks = 0
+        self.kv_blocks = cfg.kv_blocks
         self.steps = StepRecorder()
         self._plan: tuple = ()  # what the step in flight commits when it ends
         self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
@@ -125,7 +126,7 @@ class Replica:
 
     @property
     def free_blocks(self) -> int:
-        return self.cfg.kv_blocks - self.used_blocks
+        return self.kv_blocks - self.used_blocks
 
     @property
     def holds(self) -> int:
@@ -158,7 +159,7 @@ class Replica:
             i = self.waiting[0]
             context = self._context(i)
             need = self._blocks_for(context + 1)
-            if self.used_blocks + need > self.cfg.kv_blocks:
+            if self.used_blocks + need > self.kv_blocks:
                 break
             self.waiting.popleft()
             self.used_blocks += need
@@ -179,7 +180,7 @@ class Replica:
             grow = total(need) - self.batch_blocks
             if grow == 0:
                 return
-            if self.used_blocks + grow <= self.cfg.kv_blocks:
+            if self.used_blocks + grow <= self.kv_blocks:
                 self.blocks[:] = need
                 self.used_blocks += grow
                 self.batch_blocks += grow
@@ -294,8 +295,9 @@ class Replica:
                 self.observe(lengths, emitted - 1)
             verify_tokens = r + total(lengths)
             decode = (lengths, emitted, stop)
-        completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
-        first_stop = None
+        completing, first_stop = [], None
+        if takes:
+            completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
         if completing:
             first_stop = self.backend.prefilled(np.array([e[0] for e in completing], np.int64))
         modelled = draft_s + price(verify_tokens)
@@ -406,7 +408,7 @@ class Replica:
         return (
             f"{self.rec.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
             f"{len(self.prefilling)} prefilling, {self.running} decoding, "
-            f"{self.used_blocks}/{self.cfg.kv_blocks} KV blocks"
+            f"{self.used_blocks}/{self.kv_blocks} KV blocks"
         )
 
     def step_log(self) -> StepLog:

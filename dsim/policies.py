@@ -181,6 +181,15 @@ class Threshold:
         return (np.cumprod(conf, axis=1) >= self.h).sum(axis=1).astype(np.int64)
 
 
+def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b for int vectors of any lengths (the shorter one padded with zeros)."""
+    if len(a) < len(b):
+        a, b = b, a
+    out = a.copy()
+    out[: len(b)] += b
+    return out
+
+
 def _count_from(values: np.ndarray, gamma: int) -> np.ndarray:
     """For j = 1..gamma, how many of `values` are >= j."""
     return np.cumsum(np.bincount(values, minlength=gamma + 1)[::-1])[::-1][1 : gamma + 1]
@@ -206,26 +215,27 @@ class Goodput:
     drafts: bool = True
     synchronous: bool = False
     _rounds: deque = field(default_factory=deque)
+    _sums: list = field(default_factory=lambda: [np.zeros(0, np.int64)] * 2)  # over the window
 
     def acceptance(self, gamma: int) -> np.ndarray:
         """Measured p_1..p_gamma over the window (see the class doc)."""
-        tried = np.zeros(gamma)
-        accepted = np.zeros(gamma)
-        for t, a in self._rounds:
-            n = min(gamma, len(t))
-            tried[:n] += t[:n]
-            accepted[:n] += a[:n]
-        p = np.ones(gamma + 1)
-        for j in range(1, gamma + 1):
-            p[j] = accepted[j - 1] / tried[j - 1] if tried[j - 1] else p[j - 1]
-        return p[1:]
+        tried, accepted = (s[:gamma].tolist() for s in self._sums)
+        p, prev = [], 1.0
+        for j in range(gamma):
+            if j < len(tried) and tried[j]:
+                prev = accepted[j] / tried[j]
+            p.append(prev)
+        return np.array(p)
 
     def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
         gamma = int(lengths.max(initial=0))
         tried = _count_from(np.minimum(lengths, accepted + 1), gamma)
-        self._rounds.append((tried, _count_from(accepted, gamma)))
+        counts = (tried, _count_from(accepted, gamma))
+        self._rounds.append(counts)
+        self._sums = [_plus(s, c) for s, c in zip(self._sums, counts, strict=True)]
         if len(self._rounds) > self.window:
-            self._rounds.popleft()
+            old = self._rounds.popleft()
+            self._sums = [_plus(s, -c) for s, c in zip(self._sums, old, strict=True)]
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r, gamma = conf.shape

@@ -59,8 +59,8 @@ def test_total_is_the_exact_sum(n):
     assert isinstance(total(x), int)
 
 
-def _replica(seed: int = 0) -> Replica:
-    workload = synthetic("synthetic:rate=3,n=120,prompt=300,output=80", seed)
+def _replica(seed: int = 0, cfg: EngineConfig | None = None, rate: float = 3) -> Replica:
+    workload = synthetic(f"synthetic:rate={rate},n=120,prompt=300,output=80", seed)
     rng = np.random.default_rng(seed)
     backend = Simulated(parse_acceptance("preset:dspark:chat", 7))
     backend.bind(len(workload), rng)
@@ -71,7 +71,7 @@ def _replica(seed: int = 0) -> Replica:
         parse_draft_cost("ratio:0.1"),
         backend,
         parse_policy("dspark"),
-        EngineConfig(max_seqs=16),
+        cfg or EngineConfig(max_seqs=16),
         rng,
         Records.empty(len(workload)),
     )
@@ -109,3 +109,25 @@ def test_replica_shares_simpy_time_with_another_process():
     assert len(seen) > 50
     for now, finished in seen:
         assert finished == np.count_nonzero(alone.rec.finish <= now)
+
+
+@pytest.mark.parametrize("block_size", [16, 12])  # a power of two (shifted) and not (divided)
+def test_kv_blocks_and_running_sums_balance_under_preemption(block_size):
+    """Under a KV budget that forces preemption, every step holds at most the budget, and the
+    replica's running sums (KV blocks, the batch's context and blocks) return to zero."""
+    cfg = EngineConfig(max_seqs=64, kv_tokens=3000, block_size=block_size, prefill_chunk=256)
+    replica = _replica(cfg=cfg, rate=20)
+    env = simpy.Environment()
+    _serve(env, replica)
+    env.run()
+    log = replica.steps.log()
+    assert replica.rec.finished == len(replica.w)
+    assert replica.rec.preemptions.sum() > 0
+    assert log.kv_blocks_used.max() <= cfg.kv_blocks
+    assert replica.used_blocks == replica.batch_blocks == replica.batch_ctx == replica.work == 0
+    rounds, verified, accepted = replica.rec.counters.T
+    assert (accepted <= verified).all() and (rounds > 0).all()
+    # Each round emits its accepted drafts plus one token; only a request's last round may
+    # be cut by its output cap, and prefill (again after each preemption) emits one more.
+    emitted = replica.rec.generated - 1 - replica.rec.preemptions
+    assert (emitted <= rounds + accepted).all() and (emitted > rounds + accepted - 8).all()

@@ -1,5 +1,5 @@
 """The engine's fast paths against their plain definitions: prefix counting, the step log,
-short sums, and a replica sharing its simpy environment with another process."""
+short sums, KV bookkeeping, and a replica sharing its simpy environment with another process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import simpy
 
-from dsim.acceptance.prefix import MAX_TABLE_BITS, leading_true
+from dsim.acceptance.prefix import PrefixCounter
 from dsim.acceptance.sources import parse_acceptance
 from dsim.cluster.source import arrivals
 from dsim.engine.backend import Simulated
@@ -21,15 +21,19 @@ from dsim.run import DEFAULT_PROFILE, ROOT
 from dsim.workload import synthetic
 
 
-@pytest.mark.parametrize("width", [1, 2, 5, 7, 8, MAX_TABLE_BITS, MAX_TABLE_BITS + 1])
-def test_leading_true_matches_cumulative_product(width):
+@pytest.mark.parametrize("width", [0, 1, 2, 5, 7, 8, 17])
+def test_prefix_counter_matches_cumulative_product(width):
     rng = np.random.default_rng(width)
-    ok = rng.random((500, width)) < 0.8
-    ok[0], ok[1] = True, False  # the all-accepted and all-rejected rows
-    got = leading_true(ok)
-    np.testing.assert_array_equal(got, np.cumprod(ok, axis=1).sum(axis=1))
-    assert got[0] == width and got[1] == 0
-    assert got.dtype == np.int64
+    count = PrefixCounter()
+    for rows in (500, 3, 500):  # a buffer made, another, the first reused
+        uniform, prob = rng.random((rows, width)), np.full((rows, width), 0.8)
+        if width:
+            uniform[0], uniform[1, 0] = 0.0, 0.9  # the all-accepted row, a first rejection
+        got = count(uniform, prob)
+        np.testing.assert_array_equal(got, np.cumprod(uniform < prob, axis=1).sum(axis=1))
+        assert got.dtype == np.int64
+        if width:
+            assert got[0] == width and got[1] == 0
 
 
 def test_step_recorder_keeps_every_value_exactly_across_growth():

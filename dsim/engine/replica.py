@@ -269,7 +269,8 @@ class Replica:
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
         started = self.clock.start()
-        self._admit()
+        if self.waiting:
+            self._admit()
         self._reserve_decode_blocks()
         b = self.batch
         takes = self._prefill_chunks() if self.prefilling else []

@@ -225,11 +225,11 @@ class Surface:
         out = [_interp_linear(arr.astype(np.float64), *self.knots[row][:2]) for row in rows]
         return [float(y) if y.ndim == 0 else y for y in out]
 
-    def _g(self, row: int, r: int) -> float:
-        if 0 <= r < len(self._gl[row]):
-            return self._gl[row][r]
-        _, _, rk, gv = self.knots[row]
-        return float(_interp_linear(np.float64(r), rk, gv))
+    def _g(self, rows: tuple[int, ...], r: int) -> list[float]:
+        """g(R) at each of `rows`."""
+        if 0 <= r < len(self._gl[0]):
+            return [self._gl[row][r] for row in rows]
+        return [float(_interp_linear(np.float64(r), *self.knots[row][2:])) for row in rows]
 
     def at(self, tokens: Any, seqs: int, context_len: float) -> Any:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
@@ -238,7 +238,7 @@ class Surface:
     def section(self, seqs: int, context_len: float) -> Section:
         """The surface at fixed R and C, a function of B alone."""
         lo, hi, w = self.bracket(context_len)
-        return Section(self, lo, hi, w, self._g(lo, seqs), self._g(hi, seqs))
+        return Section(self, lo, hi, w, *self._g((lo, hi), seqs))
 
     def fixed(self, context_len: float) -> float:
         """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""

@@ -17,9 +17,10 @@ request's KV has been transferred) and results go to a `Records` object, which e
 of a cluster shares. A prefill-only replica hands each prefilled request on (`handoff`).
 
 The running batch lives in the first rows of one preallocated int64 matrix (a row per request,
-a column per counter), so a round is a few in-place numpy operations over the batch, whatever
-its size; rows leave the matrix, and their counters go back to the per-request arrays, only
-when a request finishes or is preempted. The replica keeps its own clock and hands control to
+a column per counter) and the KV blocks of its rows in one array, so a round is a few numpy
+operations over the batch, whatever its size (the columns are laid out so that a round writes
+only two of them); rows leave the matrix, and their counters go back to the per-request
+arrays, only when a request finishes or is preempted. The replica keeps its own clock and hands control to
 simpy only when another process has an event due first (see `process`), so a run is not one
 simpy event per step.
 """
@@ -42,12 +43,14 @@ from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
-# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it. A round
-# that emits e tokens accepts e - 1 drafts (the output cap cuts only a request's last round), so
-# ACCEPTED holds accepted drafts minus CTX plus rounds, which a round leaves unchanged too; the
-# cap's cut is added back as the request leaves (`_commit_decode`). `_counters` decodes both.
-ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
+# Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
+# - KV_END: the request's context when it ends plus `Replica.pad`, so its context is
+#   KV_END - pad - LEFT and the KV blocks its next round needs (KV_END - LEFT) // block_size;
+# - ROUNDS: the request's rounds minus the replica's (`Replica.rounds`);
+# - ACCEPTED: accepted drafts minus context plus rounds (a round that emits e tokens accepts
+#   e - 1 drafts; the output cap cuts only a request's last round, added back as it leaves).
+# `_counters` decodes ROUNDS and ACCEPTED.
+ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
 SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
@@ -92,15 +95,17 @@ class Replica:
         )
         self.observe = getattr(policy, "observe", None)
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
+        self.pad = self.lookahead + cfg.block_size - 1  # blocks_for(ctx + lookahead), in a sum
         self.waiting: deque[int] = deque()
         self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
-        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
+        self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
+        self.blocks = np.zeros(0, np.int64)  # KV blocks each batch row holds
         self.rounds = 0  # decode rounds run so far
         self._set_running(0)
-        self.batch_ctx = 0  # sum of the batch's CTX column
-        self.batch_blocks = 0  # sum of the batch's BLOCKS column
+        self.batch_ctx = 0  # the batch's total context
+        self.batch_blocks = 0  # the batch's total KV blocks
         self.admissions = 0
         self.used_blocks = 0
         self.kv_blocks = cfg.kv_blocks
@@ -174,10 +179,9 @@ class Replica:
 
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
-        pad = self.lookahead + self.cfg.block_size - 1
         while self.running:
             # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
-            need = self.ctx + pad
+            need = self.kv_end - self.left
             if self.block_shift is None:
                 need //= self.cfg.block_size
             else:  # the same for a power of two, and several times cheaper
@@ -186,7 +190,7 @@ class Replica:
             if grow == 0:
                 return
             if self.used_blocks + grow <= self.kv_blocks:
-                self.blocks[:] = need
+                self.blocks = need
                 self.used_blocks += grow
                 self.batch_blocks += grow
                 return
@@ -202,38 +206,40 @@ class Replica:
         b = self.batch
         gone = b[rows]
         ids = gone[:, ID]
-        self.rec.counters[ids] = self._counters(gone)
-        self.rec.generated[ids] = gone[:, CTX] - self.w.prompt_tokens[ids]
-        blocks = int(gone[:, BLOCKS].sum())
+        context = gone[:, KV_END] - gone[:, LEFT] - self.pad
+        self.rec.counters[ids] = self._counters(gone, context)
+        self.rec.generated[ids] = context - self.w.prompt_tokens[ids]
+        blocks = total(self.blocks[rows])
         self.used_blocks -= blocks
         self.batch_blocks -= blocks
-        self.batch_ctx -= int(gone[:, CTX].sum())
-        stay = b[~rows]
-        self.rows[: len(stay)] = stay
-        self._set_running(len(stay))
+        self.batch_ctx -= total(context)
+        stay = ~rows
+        self.blocks = self.blocks[stay]
+        self.rows[: len(self.blocks)] = b[stay]
+        self._set_running(len(self.blocks))
         self.backend.released(ids)
 
-    def _counters(self, rows: np.ndarray) -> np.ndarray:
-        """Rounds, verified and accepted drafts of batch rows (see COUNTERS)."""
+    def _counters(self, rows: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """Rounds, verified and accepted drafts of batch rows of these contexts (see COUNTERS)."""
         out = rows[:, COUNTERS] + [self.rounds, 0, 0]
-        out[:, 2] += rows[:, CTX] - out[:, 0]
+        out[:, 2] += context - out[:, 0]
         return out
 
     def _join(self, i: int, blocks: int, order: int) -> None:
         """Request i, prefilled, joins the batch with its saved counters."""
         row = self.rows[self.running]
-        context = self._context(i)
+        context, left = self._context(i), self._left(i)
         rounds, verified, accepted = self.rec.counters[i].tolist()
         row[:] = (
             i,
-            context,
-            self._left(i),
-            blocks,
+            context + left + self.pad,
+            left,
             order,
             rounds - self.rounds,
             verified,
             accepted - context + rounds,
         )
+        self.blocks = np.append(self.blocks, blocks)
         self.batch_ctx += context
         self.batch_blocks += blocks
         self._set_running(self.running + 1)
@@ -242,8 +248,8 @@ class Replica:
         """The batch is rows[:n]; its column views are made here, not every round."""
         self.running = n
         self.batch = b = self.rows[:n]
-        self.ids, self.ctx, self.left = b[:, ID], b[:, CTX], b[:, LEFT]
-        self.blocks, self.verified = b[:, BLOCKS], b[:, VERIFIED]
+        self.ids, self.kv_end = b[:, ID], b[:, KV_END]
+        self.left, self.verified = b[:, LEFT], b[:, VERIFIED]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -328,13 +334,14 @@ class Replica:
         b, left = self.batch, self.left
         emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
-            self.work -= total(left[stop] - emit[stop])
+            cut = left[stop] - emit[stop]
+            self.work -= total(cut)
             left[stop] = emit[stop]
+            self.kv_end[stop] -= cut  # its context stays as it was
         emitted_now = total(emit)
         self.work -= emitted_now
         self.batch_ctx += emitted_now
-        self.ctx += emit
-        left -= emit
+        left -= emit  # and the context grows by emit
         self.verified += lengths
         self.rounds += 1
         if np.count_nonzero(left) < len(left):

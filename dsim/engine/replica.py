@@ -20,9 +20,9 @@ The running batch lives in the first rows of one preallocated int64 matrix (a ro
 a column per counter) and the KV blocks of its rows in one array, so a round is a few numpy
 operations over the batch, whatever its size (the columns are laid out so that a round writes
 only two of them); rows leave the matrix, and their counters go back to the per-request
-arrays, only when a request finishes or is preempted. The replica keeps its own clock and hands control to
-simpy only when another process has an event due first (see `process`), so a run is not one
-simpy event per step.
+arrays, only when a request finishes or is preempted. The replica keeps its own clock and
+hands control to simpy only when another process has an event due first (see `process`), so a
+run is not one simpy event per step.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ class Replica:
         )
         self.observe = getattr(policy, "observe", None)
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
-        self.pad = self.lookahead + cfg.block_size - 1  # blocks_for(ctx + lookahead), in a sum
+        # (ctx + pad) // block_size = _blocks_for(ctx + lookahead): a round's KV need
+        self.pad = self.lookahead + cfg.block_size - 1
         self.waiting: deque[int] = deque()
         self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
         self.work = 0
@@ -184,7 +185,7 @@ class Replica:
             need = self.kv_end - self.left
             if self.block_shift is None:
                 need //= self.cfg.block_size
-            else:  # the same for a power of two, and several times cheaper
+            else:  # the same for a power of two, without integer division
                 need >>= self.block_shift
             grow = total(need) - self.batch_blocks
             if grow == 0:

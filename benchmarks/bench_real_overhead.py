@@ -37,25 +37,17 @@ BATCH = 16
 
 
 def time_engine_steps(spent: list[float]) -> None:
-    """Wrap Replica.step so each step's planning and its commit add their wall time to `spent`."""
-    plan = Replica.step
+    """Wrap Replica.step (planning) and Replica.commit so each adds its wall time to `spent`."""
+    for name in ("step", "commit"):
+        original = getattr(Replica, name)
 
-    def step(self, now):
-        start = time.perf_counter()
-        planned = plan(self, now)
-        spent.append(time.perf_counter() - start)
-        if planned is None:
-            return None
-        latency, commit = planned
-
-        def timed_commit(end):
+        def timed(self, at, _original=original):
             start = time.perf_counter()
-            commit(end)
+            out = _original(self, at)
             spent.append(time.perf_counter() - start)
+            return out
 
-        return latency, timed_commit
-
-    Replica.step = step
+        setattr(Replica, name, timed)
 
 
 class Timed(RealBackend):

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
@@ -60,7 +62,9 @@ def load() -> str:
         return "load " + " ".join(f.read().split()[:3])
 
 
-def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
+@contextmanager
+def checkout(commit: str) -> Iterator[Path]:
+    """COMMIT checked out in a temporary git worktree, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="bench_sim.") as tmp:
         base = Path(tmp) / "base"
         git = ["git", "-C", str(HERE), "worktree"]
@@ -68,19 +72,22 @@ def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
             [*git, "add", "--detach", str(base), commit], check=True, capture_output=True
         )
         try:
-            ratios = []
-            for k in range(pairs):
-                a, b = child(base, policy, trace), child(HERE, policy, trace)
-                for side, r in (("A " + commit, a), ("B this", b)):
-                    print(f"pair {k + 1} {side}: {json.dumps(r)} [{load()}]", flush=True)
-                wall = b["us_per_step_wall"] / a["us_per_step_wall"]
-                cpu = b["us_per_step_cpu"] / a["us_per_step_cpu"]
-                ratios.append((wall, cpu))
-                print(
-                    f"pair {k + 1} per-step ratio B/A: wall {wall:.3f}, cpu {cpu:.3f}", flush=True
-                )
+            yield base
         finally:
             subprocess.run([*git, "remove", "--force", str(base)], check=True)
+
+
+def compare(commit: str, policy: str, trace: str, pairs: int) -> None:
+    with checkout(commit) as base:
+        ratios = []
+        for k in range(pairs):
+            a, b = child(base, policy, trace), child(HERE, policy, trace)
+            for side, r in (("A " + commit, a), ("B this", b)):
+                print(f"pair {k + 1} {side}: {json.dumps(r)} [{load()}]", flush=True)
+            wall = b["us_per_step_wall"] / a["us_per_step_wall"]
+            cpu = b["us_per_step_cpu"] / a["us_per_step_cpu"]
+            ratios.append((wall, cpu))
+            print(f"pair {k + 1} per-step ratio B/A: wall {wall:.3f}, cpu {cpu:.3f}", flush=True)
     walls, cpus = zip(*ratios, strict=True)
     print(
         f"{policy}: per-step B/A over {pairs} pairs: wall {min(walls):.3f}-{max(walls):.3f}, "

@@ -42,23 +42,29 @@ def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
     """
     a = np.cumprod(conf, axis=1).ravel()
-    keep = np.flatnonzero(a > 0)
-    order = np.argsort(-a[keep])
-    if (np.diff(a[keep][order]) == 0).any():
-        order = np.argsort(-a[keep], kind="stable")
-    order = keep[order]
+    positive = a > 0
+    keep = None if np.count_nonzero(positive) == len(a) else np.flatnonzero(positive)
+    kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
+    order = np.argsort(-kept)
+    if np.count_nonzero(np.diff(kept[order])) < len(order) - 1:  # a tie
+        order = np.argsort(-kept, kind="stable")
+    if keep is not None:
+        order = keep[order]
     return order // conf.shape[1], a[order]
 
 
 def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Round rate SPS and expected tokens per second after admitting the first k candidates."""
-    tau = r + np.concatenate([[0.0], np.cumsum(survival)])
-    speed = _sps_at(sps, r + np.arange(len(survival) + 1))
+    tau = np.empty(len(survival) + 1)
+    tau[0] = 0.0
+    np.cumsum(survival, out=tau[1:])
+    tau += r
+    speed = _sps_at(sps, np.arange(r, r + len(survival) + 1))
     return speed, tau * speed
 
 
 def _to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
-    return np.bincount(rows, minlength=r).astype(np.int64)
+    return np.bincount(rows, minlength=r).astype(np.int64, copy=False)
 
 
 def _sla_stop(
@@ -145,13 +151,18 @@ class Fixed:
     k: int
     name: str
     synchronous: bool = False
+    _made: dict = field(default_factory=dict, repr=False)  # (rows, gamma) -> lengths
 
     @property
     def drafts(self) -> bool:
         return self.k > 0
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
-        return np.full(conf.shape[0], min(self.k, conf.shape[1]), dtype=np.int64)
+        """The same array for every round of a batch size (the engine only reads it)."""
+        shape = conf.shape
+        if shape not in self._made:
+            self._made[shape] = np.full(shape[0], min(self.k, shape[1]), dtype=np.int64)
+        return self._made[shape]
 
 
 @dataclass
@@ -168,6 +179,15 @@ class Threshold:
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return (np.cumprod(conf, axis=1) >= self.h).sum(axis=1).astype(np.int64)
+
+
+def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b for int vectors of any lengths (the shorter one padded with zeros)."""
+    if len(a) < len(b):
+        a, b = b, a
+    out = a.copy()
+    out[: len(b)] += b
+    return out
 
 
 def _count_from(values: np.ndarray, gamma: int) -> np.ndarray:
@@ -195,26 +215,27 @@ class Goodput:
     drafts: bool = True
     synchronous: bool = False
     _rounds: deque = field(default_factory=deque)
+    _sums: list = field(default_factory=lambda: [np.zeros(0, np.int64)] * 2)  # over the window
 
     def acceptance(self, gamma: int) -> np.ndarray:
         """Measured p_1..p_gamma over the window (see the class doc)."""
-        tried = np.zeros(gamma)
-        accepted = np.zeros(gamma)
-        for t, a in self._rounds:
-            n = min(gamma, len(t))
-            tried[:n] += t[:n]
-            accepted[:n] += a[:n]
-        p = np.ones(gamma + 1)
-        for j in range(1, gamma + 1):
-            p[j] = accepted[j - 1] / tried[j - 1] if tried[j - 1] else p[j - 1]
-        return p[1:]
+        tried, accepted = (s[:gamma].tolist() for s in self._sums)
+        p, prev = [], 1.0
+        for j in range(gamma):
+            if j < len(tried) and tried[j]:
+                prev = accepted[j] / tried[j]
+            p.append(prev)
+        return np.array(p)
 
     def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
         gamma = int(lengths.max(initial=0))
         tried = _count_from(np.minimum(lengths, accepted + 1), gamma)
-        self._rounds.append((tried, _count_from(accepted, gamma)))
+        counts = (tried, _count_from(accepted, gamma))
+        self._rounds.append(counts)
+        self._sums = [_plus(s, c) for s, c in zip(self._sums, counts, strict=True)]
         if len(self._rounds) > self.window:
-            self._rounds.popleft()
+            old = self._rounds.popleft()
+            self._sums = [_plus(s, -c) for s, c in zip(self._sums, old, strict=True)]
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r, gamma = conf.shape

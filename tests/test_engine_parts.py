@@ -1,5 +1,5 @@
 """The engine's fast paths against their plain definitions: prefix counting, the step log,
-short sums, and a replica sharing its simpy environment with another process."""
+short sums, KV bookkeeping, and a replica sharing its simpy environment with another process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import simpy
 
-from dsim.acceptance.prefix import MAX_TABLE_BITS, leading_true
+from dsim.acceptance.prefix import PrefixCounter
 from dsim.acceptance.sources import parse_acceptance
 from dsim.cluster.source import arrivals
 from dsim.engine.backend import Simulated
@@ -21,15 +21,19 @@ from dsim.run import DEFAULT_PROFILE, ROOT
 from dsim.workload import synthetic
 
 
-@pytest.mark.parametrize("width", [1, 2, 5, 7, 8, MAX_TABLE_BITS, MAX_TABLE_BITS + 1])
-def test_leading_true_matches_cumulative_product(width):
+@pytest.mark.parametrize("width", [0, 1, 2, 5, 7, 8, 17])
+def test_prefix_counter_matches_cumulative_product(width):
     rng = np.random.default_rng(width)
-    ok = rng.random((500, width)) < 0.8
-    ok[0], ok[1] = True, False  # the all-accepted and all-rejected rows
-    got = leading_true(ok)
-    np.testing.assert_array_equal(got, np.cumprod(ok, axis=1).sum(axis=1))
-    assert got[0] == width and got[1] == 0
-    assert got.dtype == np.int64
+    count = PrefixCounter()
+    for rows in (500, 3, 500):  # a buffer made, another, the first reused
+        uniform, prob = rng.random((rows, width)), np.full((rows, width), 0.8)
+        if width:
+            uniform[0], uniform[1, 0] = 0.0, 0.9  # the all-accepted row, a first rejection
+        got = count(uniform, prob)
+        np.testing.assert_array_equal(got, np.cumprod(uniform < prob, axis=1).sum(axis=1))
+        assert got.dtype == np.int64
+        if width:
+            assert got[0] == width and got[1] == 0
 
 
 def test_step_recorder_keeps_every_value_exactly_across_growth():
@@ -59,8 +63,8 @@ def test_total_is_the_exact_sum(n):
     assert isinstance(total(x), int)
 
 
-def _replica(seed: int = 0) -> Replica:
-    workload = synthetic("synthetic:rate=3,n=120,prompt=300,output=80", seed)
+def _replica(seed: int = 0, cfg: EngineConfig | None = None, rate: float = 3) -> Replica:
+    workload = synthetic(f"synthetic:rate={rate},n=120,prompt=300,output=80", seed)
     rng = np.random.default_rng(seed)
     backend = Simulated(parse_acceptance("preset:dspark:chat", 7))
     backend.bind(len(workload), rng)
@@ -71,7 +75,7 @@ def _replica(seed: int = 0) -> Replica:
         parse_draft_cost("ratio:0.1"),
         backend,
         parse_policy("dspark"),
-        EngineConfig(max_seqs=16),
+        cfg or EngineConfig(max_seqs=16),
         rng,
         Records.empty(len(workload)),
     )
@@ -109,3 +113,25 @@ def test_replica_shares_simpy_time_with_another_process():
     assert len(seen) > 50
     for now, finished in seen:
         assert finished == np.count_nonzero(alone.rec.finish <= now)
+
+
+@pytest.mark.parametrize("block_size", [16, 12])  # a power of two (shifted) and not (divided)
+def test_kv_blocks_and_running_sums_balance_under_preemption(block_size):
+    """Under a KV budget that forces preemption, every step holds at most the budget, and the
+    replica's running sums (KV blocks, the batch's context and blocks) return to zero."""
+    cfg = EngineConfig(max_seqs=64, kv_tokens=3000, block_size=block_size, prefill_chunk=256)
+    replica = _replica(cfg=cfg, rate=20)
+    env = simpy.Environment()
+    _serve(env, replica)
+    env.run()
+    log = replica.steps.log()
+    assert replica.rec.finished == len(replica.w)
+    assert replica.rec.preemptions.sum() > 0
+    assert log.kv_blocks_used.max() <= cfg.kv_blocks
+    assert replica.used_blocks == replica.batch_blocks == replica.batch_ctx == replica.work == 0
+    rounds, verified, accepted = replica.rec.counters.T
+    assert (accepted <= verified).all() and (rounds > 0).all()
+    # Each round emits its accepted drafts plus one token; only a request's last round may
+    # be cut by its output cap, and prefill (again after each preemption) emits one more.
+    emitted = replica.rec.generated - 1 - replica.rec.preemptions
+    assert (emitted <= rounds + accepted).all() and (emitted > rounds + accepted - 8).all()

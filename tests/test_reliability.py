@@ -147,7 +147,8 @@ def test_numeric_option_rejects_nan_and_infinities(monkeypatch, capsys, tmp_path
 @pytest.mark.parametrize("step", [float("nan"), 0.0, -1.0])
 def test_engine_turns_a_stalled_clock_into_an_error(monkeypatch, step):
     monkeypatch.setattr(replica, "MAX_STALLED_STEPS", 5)
-    monkeypatch.setattr(LatencyModel, "step", lambda self, *args: step)
+    # The engine prices each step through `LatencyModel.priced`: every step lasts `step`.
+    monkeypatch.setattr(LatencyModel, "priced", lambda self, *args: lambda tokens: step)
     spec = RunSpec(
         trace="synthetic:n=3,output=200,sigma=0", profile=PROFILE, policy="mtp1", draft_cost="0"
     )

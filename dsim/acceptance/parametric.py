@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
-from dsim.acceptance.prefix import leading_true
+from dsim.acceptance.prefix import PrefixCounter
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class ParametricAcceptance:
     _dom: np.ndarray = field(init=False, repr=False)
     _z: np.ndarray = field(init=False, repr=False)
     _noise: np.ndarray = field(init=False, repr=False)
+    _prefix: PrefixCounter = field(init=False, repr=False, default_factory=PrefixCounter)
 
     def __post_init__(self) -> None:
         self._base = np.array(
@@ -77,16 +78,20 @@ class ParametricAcceptance:
             self._noise = rng.normal(0.0, self.spread, size=self._z.shape)
 
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        z = self._z[idx]
+        # The simulator's hottest call: `take` gathers rows ~4x faster than fancy indexing, and
+        # spread * standard normals are bit for bit rng.normal(0, spread) (a spread of 1, the
+        # presets', needs no product).
+        z = self._z.take(idx, axis=0)
         if self.spread:
-            noise = rng.normal(0.0, self.spread, size=z.shape)
+            noise = rng.standard_normal(z.shape)
+            if self.spread != 1.0:
+                noise *= self.spread
             if self.rho:
                 noise = self.rho * self._noise[idx] + np.sqrt(1.0 - self.rho**2) * noise
                 self._noise[idx] = noise
-            z = z + noise
+            z += noise
         p = expit(z)
-        ok = rng.random(z.shape) < p
-        accepted = leading_true(ok)
+        accepted = self._prefix(rng.random(z.shape), p)
         conf = p if self.overconf == 1.0 else expit(self.overconf * z)
         return conf, accepted
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dsim.checks import parse_number
 from dsim.errors import InputError
-from dsim.hardware.latency import LatencyModel
+from dsim.hardware.latency import LatencyModel, StepPrice
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,11 @@ class DraftCost:
             return gamma, num_seqs
         return 1, num_seqs * (gamma if self.kind == "block" else 1)
 
-    def seconds(self, num_seqs: int, gamma: int, context_len: float, target: LatencyModel) -> float:
+    def seconds(
+        self, num_seqs: int, gamma: int, context_len: float, target: LatencyModel | StepPrice
+    ) -> float:
+        """Drafter seconds per round; `target` prices the target's verify step (a `StepPrice`
+        of the step at hand looks it up fastest)."""
         passes, tokens = self.passes(num_seqs, gamma)
         if self.profile is not None:
             return passes * float(self.profile.latency(tokens, num_seqs, context_len))

@@ -17,11 +17,12 @@ request's KV has been transferred) and results go to a `Records` object, which e
 of a cluster shares. A prefill-only replica hands each prefilled request on (`handoff`).
 
 The running batch lives in the first rows of one preallocated int64 matrix (a row per request,
-a column per counter), so a round is a few in-place numpy operations over the batch, whatever
-its size; rows leave the matrix, and their counters go back to the per-request arrays, only
-when a request finishes or is preempted. The replica keeps its own clock and hands control to
-simpy only when another process has an event due first (see `process`), so a run is not one
-simpy event per step.
+a column per counter) and the KV blocks of its rows in one array, so a round is a few numpy
+operations over the batch, whatever its size (the columns are laid out so that a round writes
+only two of them); rows leave the matrix, and their counters go back to the per-request
+arrays, only when a request finishes or is preempted. The replica keeps its own clock and
+hands control to simpy only when another process has an event due first (see `process`), so a
+run is not one simpy event per step.
 """
 
 from __future__ import annotations
@@ -42,9 +43,14 @@ from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix. Every row takes part in every round, so ROUNDS holds a
-# request's rounds minus the replica's (`Replica.rounds`) and a round need not touch it.
-ID, CTX, LEFT, BLOCKS, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(8)
+# Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
+# - KV_END: the request's context when it ends plus `Replica.pad`, so its context is
+#   KV_END - pad - LEFT and the KV blocks its next round needs (KV_END - LEFT) // block_size;
+# - ROUNDS: the request's rounds minus the replica's (`Replica.rounds`);
+# - ACCEPTED: accepted drafts minus context plus rounds (a round that emits e tokens accepts
+#   e - 1 drafts; the output cap cuts only a request's last round, added back as it leaves).
+# `_counters` decodes ROUNDS and ACCEPTED.
+ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
 SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
@@ -89,16 +95,23 @@ class Replica:
         )
         self.observe = getattr(policy, "observe", None)
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
+        # (ctx + pad) // block_size = _blocks_for(ctx + lookahead): a round's KV need
+        self.pad = self.lookahead + cfg.block_size - 1
         self.waiting: deque[int] = deque()
         self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
-        self.rows = np.zeros((cfg.max_seqs, 8), np.int64)
-        self.running = 0
+        self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
+        self.blocks = np.zeros(0, np.int64)  # KV blocks each batch row holds
         self.rounds = 0  # decode rounds run so far
-        self.batch = self.rows[:0]  # rows[:running], renewed whenever `running` changes
+        self._set_running(0)
+        self.batch_ctx = 0  # the batch's total context
+        self.batch_blocks = 0  # the batch's total KV blocks
         self.admissions = 0
         self.used_blocks = 0
+        self.kv_blocks = cfg.kv_blocks
+        bs = cfg.block_size
+        self.block_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else None
         self.steps = StepRecorder()
         self._plan: tuple = ()  # what the step in flight commits when it ends
         self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
@@ -121,7 +134,7 @@ class Replica:
 
     @property
     def free_blocks(self) -> int:
-        return self.cfg.kv_blocks - self.used_blocks
+        return self.kv_blocks - self.used_blocks
 
     @property
     def holds(self) -> int:
@@ -154,7 +167,7 @@ class Replica:
             i = self.waiting[0]
             context = self._context(i)
             need = self._blocks_for(context + 1)
-            if self.used_blocks + need > self.cfg.kv_blocks:
+            if self.used_blocks + need > self.kv_blocks:
                 break
             self.waiting.popleft()
             self.used_blocks += need
@@ -167,53 +180,77 @@ class Replica:
 
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
-        pad = self.lookahead + self.cfg.block_size - 1
         while self.running:
-            b = self.batch
             # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
-            need = (b[:, CTX] + pad) // self.cfg.block_size
-            grow = total(need - b[:, BLOCKS])
+            need = self.kv_end - self.left
+            if self.block_shift is None:
+                need //= self.cfg.block_size
+            else:  # the same for a power of two, without integer division
+                need >>= self.block_shift
+            grow = total(need) - self.batch_blocks
             if grow == 0:
                 return
-            if self.used_blocks + grow <= self.cfg.kv_blocks:
-                b[:, BLOCKS] = need
+            if self.used_blocks + grow <= self.kv_blocks:
+                self.blocks = need
                 self.used_blocks += grow
+                self.batch_blocks += grow
                 return
-            victim = int(np.argmax(b[:, ORDER]))
-            i = int(b[victim, ID])
+            victim = int(np.argmax(self.batch[:, ORDER]))
+            i = int(self.ids[victim])
             self.rec.preemptions[i] += 1
             self.waiting.appendleft(i)
-            self._leave(np.arange(len(b)) == victim)
+            self._leave(np.arange(self.running) == victim)
             self.work += self._context(i)  # its KV is gone: the whole context is prefilled again
 
     def _leave(self, rows: np.ndarray) -> None:
         """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
         b = self.batch
-        ids = b[rows, ID]
-        self.rec.counters[ids] = b[rows][:, COUNTERS]
-        self.rec.counters[ids, COUNTERS.index(ROUNDS)] += self.rounds
-        self.rec.generated[ids] = b[rows, CTX] - self.w.prompt_tokens[ids]
-        self.used_blocks -= int(b[rows, BLOCKS].sum())
-        stay = b[~rows]
-        self.running = len(stay)
-        self.rows[: self.running] = stay
-        self.batch = self.rows[: self.running]
+        gone = b[rows]
+        ids = gone[:, ID]
+        context = gone[:, KV_END] - gone[:, LEFT] - self.pad
+        self.rec.counters[ids] = self._counters(gone, context)
+        self.rec.generated[ids] = context - self.w.prompt_tokens[ids]
+        blocks = total(self.blocks[rows])
+        self.used_blocks -= blocks
+        self.batch_blocks -= blocks
+        self.batch_ctx -= total(context)
+        stay = ~rows
+        self.blocks = self.blocks[stay]
+        self.rows[: len(self.blocks)] = b[stay]
+        self._set_running(len(self.blocks))
         self.backend.released(ids)
+
+    def _counters(self, rows: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """Rounds, verified and accepted drafts of batch rows of these contexts (see COUNTERS)."""
+        out = rows[:, COUNTERS] + [self.rounds, 0, 0]
+        out[:, 2] += context - out[:, 0]
+        return out
 
     def _join(self, i: int, blocks: int, order: int) -> None:
         """Request i, prefilled, joins the batch with its saved counters."""
         row = self.rows[self.running]
-        row[:ROUNDS] = (
+        context, left = self._context(i), self._left(i)
+        rounds, verified, accepted = self.rec.counters[i].tolist()
+        row[:] = (
             i,
-            self._context(i),
-            self._left(i),
-            blocks,
+            context + left + self.pad,
+            left,
             order,
+            rounds - self.rounds,
+            verified,
+            accepted - context + rounds,
         )
-        row[ROUNDS:] = self.rec.counters[i]
-        row[ROUNDS] -= self.rounds
-        self.running += 1
-        self.batch = self.rows[: self.running]
+        self.blocks = np.append(self.blocks, blocks)
+        self.batch_ctx += context
+        self.batch_blocks += blocks
+        self._set_running(self.running + 1)
+
+    def _set_running(self, n: int) -> None:
+        """The batch is rows[:n]; its column views are made here, not every round."""
+        self.running = n
+        self.batch = b = self.rows[:n]
+        self.ids, self.kv_end = b[:, ID], b[:, KV_END]
+        self.left, self.verified = b[:, LEFT], b[:, VERIFIED]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -236,17 +273,11 @@ class Replica:
             for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
         )
 
-    def _sps(
-        self, draft_s: float, r: int, ctx: float, prefill: tuple[int, int, float]
-    ) -> Callable[[np.ndarray], np.ndarray]:
-        """Steps per second of a round verifying B tokens over the step's R sequences, drafter,
-        scheduler and prefill work included."""
-        return lambda x: 1.0 / (draft_s + self.latency.step(x, r, ctx, *prefill))
-
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
         started = self.clock.start()
-        self._admit()
+        if self.waiting:
+            self._admit()
         self._reserve_decode_blocks()
         b = self.batch
         takes = self._prefill_chunks() if self.prefilling else []
@@ -254,30 +285,36 @@ class Replica:
         if r == 0 and p == 0:
             return None
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
-        ctx = total(b[:, CTX]) / r if r else 0.0
+        ctx = self.batch_ctx / r if r else 0.0
         p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
-        prefill = (p, len(takes), p_ctx)
+        price = self.latency.priced(r, ctx, p, len(takes), p_ctx)  # the step's latency of B
         draft_s, decode, verify_tokens = 0.0, None, 0
         if r:
-            ids = b[:, ID]
+            ids = self.ids
             conf, truth = self.backend.draw(ids, self.rng)
             if self.drafts:
-                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, self.latency)
+                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
-            lengths = self.policy.lengths(conf, self._sps(draft_s, r, ctx, prefill), truth)
+
+            def sps(x: np.ndarray) -> np.ndarray:
+                """Steps per second of a round verifying B tokens, drafter and prefill work
+                included."""
+                return 1.0 / (draft_s + price(x))
+
+            lengths = self.policy.lengths(conf, sps, truth)
             emitted, stop = self.backend.verify(ids, lengths, truth)
             if self.observe is not None:
                 self.observe(lengths, emitted - 1)
             verify_tokens = r + total(lengths)
             decode = (lengths, emitted, stop)
-        completing = [e for e, t in zip(self.prefilling, takes, strict=False) if e[1] == t]
-        first_stop = None
+        completing, first_stop = [], None
         if takes:  # the backend runs each chunk in the step that schedules it
             chunked = self.prefilling[: len(takes)]
             done = [e[1] == t for e, t in zip(chunked, takes, strict=True)]
+            completing = [e for e, d in zip(chunked, done, strict=True) if d]
             first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
-        modelled = draft_s + self.latency.step(verify_tokens, r, ctx, *prefill)
+        modelled = draft_s + price(verify_tokens)
         step_s = self.clock.seconds(started, modelled)
         self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)
         self._plan = (decode, takes, completing, first_stop)
@@ -296,20 +333,22 @@ class Replica:
     ) -> None:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
         to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
-        b = self.batch
-        left = b[:, LEFT]
+        b, left = self.batch, self.left
         emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
-            self.work -= total(left[stop] - emit[stop])
+            cut = left[stop] - emit[stop]
+            self.work -= total(cut)
             left[stop] = emit[stop]
-        self.work -= total(emit)
-        b[:, CTX] += emit
-        left -= emit
-        b[:, VERIFIED] += lengths
-        b[:, ACCEPTED] += emitted - 1
+            self.kv_end[stop] -= cut  # its context stays as it was
+        emitted_now = total(emit)
+        self.work -= emitted_now
+        self.batch_ctx += emitted_now
+        left -= emit  # and the context grows by emit
+        self.verified += lengths
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0
+            b[done, ACCEPTED] += emitted[done] - emit[done]  # what the output cap cut
             ids = b[done, ID]
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index
@@ -384,7 +423,7 @@ class Replica:
         return (
             f"{self.rec.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
             f"{len(self.prefilling)} prefilling, {self.running} decoding, "
-            f"{self.used_blocks}/{self.cfg.kv_blocks} KV blocks"
+            f"{self.used_blocks}/{self.kv_blocks} KV blocks"
         )
 
     def step_log(self) -> StepLog:

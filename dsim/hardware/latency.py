@@ -215,29 +215,30 @@ class Surface:
         self._fl, self._gl = self.f.tolist(), self.g.tolist()
         self._fixed = [fv[0] + gv[0] for fv, gv in zip(self._fl, self._gl, strict=True)]
 
-    def _f(self, row: int, b: Any) -> Any:
-        if isinstance(b, int) and 0 <= b < len(self._fl[row]):
-            return self._fl[row][b]
+    def _f(self, rows: tuple[int, ...], b: Any) -> list[Any]:
+        """f(B) at each of `rows`: table entries when B is within the table (checked once)."""
+        if isinstance(b, int) and 0 <= b < len(self._fl[0]):
+            return [self._fl[row][b] for row in rows]
         arr = np.asarray(b)
         if arr.dtype.kind in "iu" and arr.size and arr.min() >= 0 and arr.max() < self.f.shape[1]:
-            return self.f[row, arr]
-        bk, fv, _, _ = self.knots[row]
-        y = _interp_linear(arr.astype(np.float64), bk, fv)
-        return float(y) if y.ndim == 0 else y
+            return [self.f[row, arr] for row in rows]
+        out = [_interp_linear(arr.astype(np.float64), *self.knots[row][:2]) for row in rows]
+        return [float(y) if y.ndim == 0 else y for y in out]
 
-    def _g(self, row: int, r: int) -> float:
-        if 0 <= r < len(self._gl[row]):
-            return self._gl[row][r]
-        _, _, rk, gv = self.knots[row]
-        return float(_interp_linear(np.float64(r), rk, gv))
+    def _g(self, rows: tuple[int, ...], r: int) -> list[float]:
+        """g(R) at each of `rows`."""
+        if 0 <= r < len(self._gl[0]):
+            return [self._gl[row][r] for row in rows]
+        return [float(_interp_linear(np.float64(r), *self.knots[row][2:])) for row in rows]
 
     def at(self, tokens: Any, seqs: int, context_len: float) -> Any:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
+        return self.section(seqs, context_len)(tokens)
+
+    def section(self, seqs: int, context_len: float) -> Section:
+        """The surface at fixed R and C, a function of B alone."""
         lo, hi, w = self.bracket(context_len)
-        y0 = self._f(lo, tokens) + self._g(lo, seqs)
-        if lo == hi:
-            return y0
-        return y0 + w * (self._f(hi, tokens) + self._g(hi, seqs) - y0)
+        return Section(self, lo, hi, w, *self._g((lo, hi), seqs))
 
     def fixed(self, context_len: float) -> float:
         """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""
@@ -253,6 +254,88 @@ class Surface:
             "fit_median_abs_error": round(float(np.median(err)), 4),
             "fit_worst_abs_error": round(float(np.max(err)), 4),
         }
+
+
+class Section:
+    """A surface at fixed R and C: its context bracket and g_C(R) are looked up once, so the
+    engine's several look-ups per step (drafter, SPS(B), the step's charge) pay only f_C(B)."""
+
+    __slots__ = ("surface", "lo", "hi", "w", "g_lo", "g_hi", "f_lo", "f_hi")
+
+    def __init__(self, surface: Surface, lo: int, hi: int, w: float, g_lo: float, g_hi: float):
+        self.surface, self.lo, self.hi, self.w = surface, lo, hi, w
+        self.g_lo, self.g_hi = g_lo, g_hi
+        self.f_lo, self.f_hi = surface._fl[lo], surface._fl[hi]
+
+    def __call__(self, tokens: Any) -> Any:
+        """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
+        if isinstance(tokens, int) and 0 <= tokens < len(self.f_lo):  # the scalar fast path
+            f_lo, f_hi = self.f_lo[tokens], self.f_hi[tokens]
+        elif self.lo == self.hi:
+            f_lo = f_hi = self.surface._f((self.lo,), tokens)[0]
+        else:
+            f_lo, f_hi = self.surface._f((self.lo, self.hi), tokens)
+        y0 = f_lo + self.g_lo
+        if self.lo == self.hi:
+            return y0
+        return y0 + self.w * (f_hi + self.g_hi - y0)
+
+
+class StepPrice:
+    """`LatencyModel.step` and `.latency` at one step's sequences and contexts, with every
+    look-up that does not depend on the verify tokens B done once (the engine prices a step
+    several times: the drafter's pass, the policy's SPS(B), the step's charge)."""
+
+    __slots__ = (
+        "model",
+        "num_seqs",
+        "context_len",
+        "section",
+        "floor",
+        "prefill_tokens",
+        "p",
+        "shared",
+    )
+
+    def __init__(
+        self,
+        model: LatencyModel,
+        num_seqs: int,
+        context_len: float,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_context: float = 0.0,
+    ) -> None:
+        self.model, self.num_seqs, self.context_len = model, int(num_seqs), context_len
+        self.section, self.floor = model.verify.section(self.num_seqs, context_len), model._floor
+        self.prefill_tokens, self.p, self.shared = prefill_tokens, 0.0, 0.0
+        if prefill_tokens:
+            self.p = model.prefill(prefill_tokens, prefill_seqs, prefill_context)
+            fixed = model.verify.fixed(context_len), model.prefill_surface.fixed(prefill_context)
+            self.shared = min(*fixed, self.p)
+
+    def verify(self, batch_tokens: Any) -> Any:
+        """`LatencyModel.latency` at this step's sequences and context."""
+        b = batch_tokens if type(batch_tokens) is int else _int(batch_tokens)
+        y = self.section(b)
+        return y if type(y) is float and y > self.floor else self.model._floored(y)
+
+    def latency(self, batch_tokens: Any, num_seqs: int, context_len: float) -> Any:
+        """`LatencyModel.latency` (a drop-in for it, e.g. for `DraftCost`)."""
+        if num_seqs == self.num_seqs and context_len == self.context_len:
+            return self.verify(batch_tokens)
+        return self.model.latency(batch_tokens, num_seqs, context_len)
+
+    def __call__(self, verify_tokens: Any) -> Any:
+        """`LatencyModel.step` for B verify tokens (B may be an array: the policies' SPS(B))."""
+        if not self.prefill_tokens:
+            return self.verify(verify_tokens)
+        if not self.num_seqs:
+            return self.p
+        v = self.verify(verify_tokens)
+        if isinstance(v, float):
+            return v + self.p - min(self.shared, v)
+        return v + self.p - np.minimum(self.shared, v)
 
 
 class LatencyModel:
@@ -307,16 +390,20 @@ class LatencyModel:
     ) -> Any:
         """Seconds for a step with verify work (B may be an array at fixed R and C: the
         policies' SPS(B)) and prefill work; a mixed step pays the fixed cost once."""
-        if not prefill_tokens:
-            return self.latency(verify_tokens, num_seqs, context_len)
-        p = self.prefill(prefill_tokens, prefill_seqs, prefill_context)
-        if not num_seqs:
-            return p
-        v = self.latency(verify_tokens, num_seqs, context_len)
-        shared = min(self.verify.fixed(context_len), self.prefill_surface.fixed(prefill_context), p)
-        if isinstance(v, float):
-            return v + p - min(shared, v)
-        return v + p - np.minimum(shared, v)
+        return self.priced(num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)(
+            verify_tokens
+        )
+
+    def priced(
+        self,
+        num_seqs: int,
+        context_len: float,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_context: float = 0.0,
+    ) -> StepPrice:
+        """`step` as a function of the verify tokens alone, for one step's other figures."""
+        return StepPrice(self, num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)
 
     def _floored(self, y: Any) -> Any:
         if isinstance(y, float):

@@ -224,14 +224,14 @@ def test_checkpoint_round_trip_and_old_format(target, cache, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_shipped_old_checkpoints_still_build(kind) -> None:
-    """drafters/*.pt (dsim-drafter/1) keep loading into the encoder block."""
+def test_shipped_checkpoints_build(kind) -> None:
+    """drafters/*.pt are the second recipe (dsim-drafter/2, llama block) and load strictly."""
     blob = read_checkpoint(REPO / "drafters" / f"{kind}.pt")
     config = DrafterConfig(**blob["config"])
     drafter = Drafter(config, blob["weights"]["vocab"])
     drafter.load_state_dict({k: v.float() if v.is_floating_point() else v
                              for k, v in blob["weights"].items()})  # fmt: skip
-    assert config.block == "encoder" and drafter.feature_size == config.target_hidden
+    assert blob["format"] == "dsim-drafter/2" and config.block == "llama"
 
 
 @pytest.mark.parametrize("kind", KINDS)

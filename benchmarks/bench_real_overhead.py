@@ -28,8 +28,8 @@ from dsim.models.checkpoint import load_drafter
 from dsim.models.data import Prompt
 from dsim.models.drafters import Drafter, DrafterConfig
 from dsim.models.target import load_target
-from dsim.real.backend import RealBackend
 from dsim.real.runner import profile_threads, run_real
+from dsim.real.validate import TimedBackend
 from dsim.run import RunSpec
 
 PROFILE = "profiles/cpu-smollm2-135m.csv"
@@ -50,26 +50,22 @@ def time_engine_steps(spent: list[float]) -> None:
         setattr(Replica, name, timed)
 
 
-class Timed(RealBackend):
-    """A RealBackend that records where each step's time goes."""
+class Timed(TimedBackend):
+    """validate's TimedBackend, its model time kept per step, plus the backend calls' time."""
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.forward_s = defaultdict(float)  # step number -> seconds in forward passes
+        self.forward_s = defaultdict(float)  # step number -> seconds in model passes
         self.backend_s = defaultdict(float)  # step number -> seconds in backend calls
         self.running: dict[int, int] = {}  # step number -> running requests
         self.step = 0
-        for name in ("forward", "probs"):  # the target's body, then its LM head + softmax
-            setattr(self.passes, name, self._forward_timer(getattr(self.passes, name)))
+        super().__init__(*args, **kwargs)
 
-    def _forward_timer(self, fn):
-        def timed(*a, **k):
-            start = time.perf_counter()
-            out = fn(*a, **k)
+    def timed(self, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return super().timed(fn, *args, **kwargs)
+        finally:
             self.forward_s[self.step] += time.perf_counter() - start
-            return out
-
-        return timed
 
     def _timed(self, name: str, *args):
         start = time.perf_counter()
@@ -80,10 +76,7 @@ class Timed(RealBackend):
     def draw(self, idx, rng):
         self.step += 1
         self.running[self.step] = len(idx)
-        start = time.perf_counter()
-        out = self._timed("draw", idx, rng)
-        self.forward_s[self.step] += time.perf_counter() - start  # the drafter's pass
-        return out
+        return self._timed("draw", idx, rng)  # the drafter's pass is timed as a model pass
 
     def verify(self, idx, lengths, truth):
         return self._timed("verify", idx, lengths, truth)

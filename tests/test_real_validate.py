@@ -25,6 +25,7 @@ from dsim.real.validation_plan import (
     choose_rate,
     expected_workload,
     rate_for_load,
+    repeat_prompts,
     simulated_busy,
     split_rows,
     trace_half,
@@ -95,6 +96,25 @@ def test_choose_rate_inverts_a_known_busy_curve():
         assert choose_rate(b, lambda x: x / (x + 2)) == pytest.approx(2 * b / (1 - b), rel=1e-6)
 
 
+@pytest.mark.parametrize(("served", "n"), [(36, 12), (3, 4), (5, 2)])
+def test_repeats_walk_through_the_served_prompts(served, n):
+    """Repeat k asks served prompt (k n + i) mod P for request i, so consecutive repeats serve
+    consecutive prompts: P / n repeats of n requests serve every prompt once; the rate rule's
+    prompt lengths follow the same order."""
+    from dsim.models.data import Prompt
+
+    prompts = [Prompt(f"p{j}", "chat", "q") for j in range(served)]
+    lengths = np.arange(served) * 10
+    asked = []
+    for k in range(3):
+        order = repeat_prompts(prompts, k, n)
+        assert sorted(p.id for p in order) == sorted(p.id for p in prompts)
+        asked += [order[i % served].id for i in range(n)]
+        work = expected_workload(1.0, n, k, lengths, np.ones(1, np.int64), k)
+        assert [f"p{x // 10}" for x in work.prompt_tokens] == asked[-n:]
+    assert asked == [f"p{j % served}" for j in range(3 * n)]
+
+
 def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
     _, prompts, trace = inputs
     half, _ = trace_half(trace, prompts, 6)
@@ -110,10 +130,10 @@ def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
             [
                 simulated_busy(
                     replace(base, policy="mtp1", seed=s),
-                    expected_workload(rate, 40, s, lengths, outputs),
+                    expected_workload(rate, 40, s, lengths, outputs, k),
                     str(half_file),
                 )
-                for s in (0, 1, 2)
+                for k, s in enumerate((0, 1, 2))
             ]
         )
         assert again == pytest.approx(sim) and abs(sim - busy) < 0.03
@@ -212,8 +232,9 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert served == ["p1", "p3", "p5"]
     half, _ = read_acceptance_trace(out / "trace-half.parquet")
     assert set(half["seq_id"]) == {0, 2, 4}
-    texts = (out / "runs" / "light" / "s1" / "dspark-real" / "texts.jsonl").read_text()
-    assert {json.loads(x)["prompt_id"] for x in texts.splitlines()} <= {"p1", "p3", "p5"}
+    for seed, first in ((0, ["p1", "p3", "p5", "p1"]), (1, ["p3", "p5", "p1", "p3"])):
+        texts = (out / "runs" / "light" / f"s{seed}" / "dspark-real" / "texts.jsonl").read_text()
+        assert [json.loads(x)["prompt_id"] for x in texts.splitlines()] == first
     comp = json.loads((out / "comparison.json").read_text())
     assert comp["loads"]["light"]["rate"] < comp["loads"]["moderate"]["rate"]
     diagnostics = json.loads((out / "diagnostics.json").read_text())

@@ -21,7 +21,7 @@ from dsim.run import RUN_OWNER, RunSpec
 DEFAULT_DRAFTER = Path("drafters/markov.pt")
 DEFAULT_TRACE = Path("traces/acceptance/smollm2-markov.parquet")
 DEFAULT_PROMPTS = Path("traces/prompts/heldout.jsonl")
-DEFAULT_REPEATS = 2
+DEFAULT_REPEATS = 3
 
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
 SERVE_TRACE = "synthetic:rate=0.5,n=32,output=128,sigma=0"  # a CPU-sized real workload
@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(
             DEFAULT_REPEATS, help="Runs per load and policy, seeds SEED, SEED+1, ..."
         ),
-        requests: int = typer.Option(32, help="Requests per run."),
+        requests: int = typer.Option(12, help="Requests per run."),
         max_new_tokens: int = typer.Option(64, help="Output cap per request."),
         max_seqs: int = typer.Option(16, help="Concurrent requests cap."),
         seed: int = typer.Option(0, help="First seed (arrivals and sampling)."),

@@ -4,8 +4,9 @@ The held-out prompts are split by row (`dsim.real.validation_plan`): the accepta
 rows on the even rows drive the simulations, real mode serves the odd rows. The target is
 profiled on this machine right before the real runs (unless a profile is given), and so is
 the drafter. Each load (a target busy fraction under `mtp1`; its rate from the simulator by the
-stated rule) is repeated with different seeds (arrivals and sampling), and each repeat serves
-the same workload three ways per policy:
+stated rule) is repeated with different seeds (arrivals and sampling) and different served
+prompts (repeat k starts k x requests prompts further into the served half), and each repeat
+serves the same workload three ways per policy:
 1. real mode with the wall clock (the truth);
 2. simulation with the measured profiles and the trace half (the "trace" model);
 3. simulation with the same profiles and a parametric acceptance preset.
@@ -46,6 +47,7 @@ from dsim.real.validation_plan import (
     arrivals_spec,
     generated_lengths,
     rate_for_load,
+    repeat_prompts,
     served_prompts,
     trace_half,
     write_trace_half,
@@ -75,7 +77,7 @@ class Settings:
     policies: tuple[str, ...] = POLICIES
     loads: tuple[tuple[str, float], ...] = LOADS
     repeats: int = DEFAULT_REPEATS  # seeds seed, seed + 1, ...
-    requests: int = 32  # per run
+    requests: int = 12  # per run
     max_new_tokens: int = 64
     max_seqs: int = 16
     seed: int = 0
@@ -297,7 +299,8 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         "load_average_at_start": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
         "drafter": str(s.drafter),
         "acceptance_trace": f"{s.acceptance} (rows on the even rows of {s.prompts})",
-        "served_prompts": f"odd rows of {s.prompts} ({len(served)} prompts)",
+        "served_prompts": f"odd rows of {s.prompts} ({len(served)} prompts; repeat k from "
+        f"prompt k x {s.requests} on)",
         "requests_per_run": s.requests,
         "max_new_tokens": s.max_new_tokens,
         "max_seqs": s.max_seqs,
@@ -337,8 +340,12 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         log(f"load {name}: mtp1 busy {busy:.3f} -> {rate:.4g} requests/s (sim {sim_busy:.3f})")
     rows, runs, parts = [], [], []
     total, done = len(s.loads) * len(seeds) * len(s.policies), 0
+    repeat_files = []
+    for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
+        repeat_files.append(out / f"prompts-served-s{seed}.jsonl")
+        write_prompt_file(repeat_files[-1], repeat_prompts(served, k, s.requests))
     for name, _ in s.loads:
-        for seed in seeds:
+        for seed, prompt_file in zip(seeds, repeat_files, strict=True):
             for policy in s.policies:
                 elapsed = time.perf_counter() - started
                 eta = f", ~{_clock(elapsed / done * (total - done))} left" if done else ""
@@ -351,7 +358,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
                 )
                 folder = out / "runs" / name / f"s{seed}"
                 info, measured, part = _one_run(
-                    spec, target, drafter, served_file, s, str(trace_file), folder, profile,
+                    spec, target, drafter, prompt_file, s, str(trace_file), folder, profile,
                     draft_profile,
                 )  # fmt: skip
                 key = {"load": name, "seed": seed, "policy": policy}

@@ -4,8 +4,10 @@ The prompt split: the acceptance trace that drives the simulation must come from
 than the ones validation serves. `dsim collect` numbers sequences by their row in its prompt
 file (`seq_id`, recorded with the file in the trace's sidecar `dataset`), so the held-out file
 is split by row: EVEN rows (0, 2, 4, ...) are the trace half, whose trace rows drive the
-simulation; ODD rows are the served half, which real mode serves (request i asks served prompt
-i mod P). The two halves are disjoint and together cover the file.
+simulation; ODD rows are the served half, which real mode serves. Repeat k's request i asks
+served prompt (k n + i) mod P (n requests a run, P served prompts), so the repeats walk through
+the served half instead of serving its first n prompts every time: three repeats of 12 serve
+all 36 held-out served prompts once. The two halves are disjoint and together cover the file.
 
 The rate rule: a load is a target busy fraction of the server under `mtp1` (light 1/3,
 moderate 2/3). Its arrival rate is the one at which the *simulator* (the just-measured target
@@ -85,16 +87,29 @@ def arrivals_spec(rate: float, n: int, cap: int) -> str:
     return f"synthetic:rate={rate!r},cv=1,n={n},output={cap},sigma=0"
 
 
+def repeat_prompts(served: list[Prompt], repeat: int, n: int) -> list[Prompt]:
+    """The served prompts in the order repeat `repeat` asks them: request i gets entry i mod P
+    of this list, served prompt (repeat n + i) mod P."""
+    first = repeat * n % len(served)
+    return served[first:] + served[:first]
+
+
 def expected_workload(
-    rate: float, n: int, seed: int, prompt_tokens: np.ndarray, output_tokens: np.ndarray
+    rate: float,
+    n: int,
+    seed: int,
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    repeat: int = 0,
 ) -> Workload:
     """n Poisson arrivals at `rate` (the real runs' arrivals for this seed), request i with
-    served prompt i mod P's length and the i mod S-th expected output length."""
+    the length of the prompt repeat `repeat` serves it and the i mod S-th expected output
+    length."""
     arrivals = load_workload(arrivals_spec(rate, n, 1), seed).arrival_s
     i = np.arange(n)
     return Workload(
         arrivals,
-        prompt_tokens[i % len(prompt_tokens)],
+        prompt_tokens[(repeat * n + i) % len(prompt_tokens)],
         output_tokens[i % len(output_tokens)],
         "dsim validate rate rule",
     )
@@ -133,17 +148,17 @@ def rate_for_load(
     output_tokens: np.ndarray,
 ) -> tuple[float, float]:
     """The rule's rate for a target `mtp1` busy fraction, and the simulated busy fraction
-    there (mean over `seeds`)."""
+    there (mean over `seeds`, repeat k running seeds[k])."""
     spec = replace(base, policy="mtp1")
 
     def busy_at(rate: float) -> float:
         runs = [
             simulated_busy(
                 replace(spec, seed=s),
-                expected_workload(rate, n, s, prompt_tokens, output_tokens),
+                expected_workload(rate, n, s, prompt_tokens, output_tokens, k),
                 acceptance,
             )
-            for s in seeds
+            for k, s in enumerate(seeds)
         ]
         return float(np.mean(runs))
 

@@ -4,10 +4,14 @@ Continuous batching changes the running set every step and each request verifies
 number of tokens, so the pass is *flattened*: every request's query tokens sit side by side in
 one row of B tokens (B = sum of 1 + l_r), and the linear layers (almost all of the work) see
 exactly B tokens, no padding. Only attention is per request: a custom transformers attention
-function writes the new keys and values into each request's slot of a KV pool, then runs ONE
-batched attention per layer over the slots, queries padded to the widest block and a mask that
-gives query i of request r the keys 0..len_r + i. Trimming after a rejection is lowering the
-request's committed length: the rejected slots are overwritten by its next pass.
+function writes the new keys and values into each request's slot of a KV pool, then attends
+request by request over that slot's own keys (query i of request r sees keys 0..len_r + i), as
+a serving engine's variable-length attention does: no query is padded to the widest block and
+no request reads keys past its own cache. (An earlier version ran one batched attention over
+the batch's slot range, padded to the widest block and the longest cache: a decode request
+beside a 128-token prefill chunk cost 128 queries, which the step-time model, fitted on
+uniform batches, could not see.) Trimming after a rejection is lowering the request's
+committed length: the rejected slots are overwritten by its next pass.
 
 Request r's cache holds every token before its anchor (the last emitted token, whose keys the
 next pass computes): `lengths[r] == prompt + generated - 1` between rounds.
@@ -63,47 +67,43 @@ class KVPool:
         shape = list(old.shape)
         shape[2] = max(slots, 2 * old.shape[2]) if slots > old.shape[2] else old.shape[2]
         shape[4] = max(capacity, old.shape[4])
-        # Zeros, not empty: padded attention reads (with weight 0) past a short request's
-        # cache, and 0 * NaN from uninitialised memory would poison its row.
-        self.kv = torch.zeros(shape, dtype=old.dtype)
+        # Attention reads only positions a pass has written (keys 0..len + i of its own slot).
+        self.kv = torch.empty(shape, dtype=old.dtype)
         self.kv[:, :, : old.shape[2], :, : old.shape[4]] = old
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each flattened token lives: its slot and cache position, and its (row, column)
-    in the padded per-slot query block that attention runs on."""
+    """Where each flattened token's keys go (slot, cache position), and each request's part of
+    the flattened queries with the keys it attends."""
 
     pool: KVPool
     slot: torch.Tensor  # (B,) slot of each token
     position: torch.Tensor  # (B,) cache position of each token
-    row: torch.Tensor  # (B,) slot - first slot of the batch
-    column: torch.Tensor  # (B,) index within its request's block
-    first: int  # first slot of the batch's slot range
-    rows: int  # slots in the range
-    width: int  # widest block
-    keys: int  # longest cache + block
-    mask: torch.Tensor  # (rows, 1, width, keys) bool
+    # per request: (slot, first token, end token, keys, mask (n, keys) or None when n == 1)
+    requests: list[tuple[int, int, int, int, torch.Tensor | None]]
 
 
 def _ragged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-    """Write the new keys/values into the pool, attend once over the batch's slot range."""
+    """Write the new keys/values into the pool, then attend request by request.
+
+    query: (1, heads, B, head_dim); key, value: (1, kv_heads, B, head_dim);
+    returns (1, B, heads, head_dim), the layout transformers expects back."""
     lay: Layout = kw["layout"]
     kv = lay.pool.kv[module.layer_idx]
     kv[0][lay.slot, :, lay.position] = key[0].transpose(0, 1)
     kv[1][lay.slot, :, lay.position] = value[0].transpose(0, 1)
-    span = slice(lay.first, lay.first + lay.rows)
-    q = query.new_zeros(lay.rows, query.shape[1], lay.width, query.shape[3])
-    q[lay.row, :, lay.column] = query[0].transpose(0, 1)
-    out = F.scaled_dot_product_attention(
-        q,
-        kv[0][span, :, : lay.keys],
-        kv[1][span, :, : lay.keys],
-        attn_mask=lay.mask,
-        scale=scaling,
-        enable_gqa=True,
-    )
-    return out[lay.row, :, lay.column][None], None
+    out = torch.empty_like(query[0])  # (heads, B, head_dim)
+    for slot, start, end, keys, mask in lay.requests:
+        out[:, start:end] = F.scaled_dot_product_attention(
+            query[:, :, start:end],
+            kv[0][slot : slot + 1, :, :keys],
+            kv[1][slot : slot + 1, :, :keys],
+            attn_mask=mask,
+            scale=scaling,
+            enable_gqa=True,
+        )[0]
+    return out.transpose(0, 1)[None], None
 
 
 @contextmanager
@@ -137,22 +137,19 @@ class RaggedTarget:
     def layout(self, rids: list[int], counts: list[int]) -> Layout:
         store = self.store
         n = torch.tensor(counts)
-        slots = torch.tensor([store.slot[r] for r in rids])
-        cached = torch.tensor([store.lengths[r] for r in rids])
+        slots = [store.slot[r] for r in rids]
+        cached = [store.lengths[r] for r in rids]
         starts = torch.cumsum(n, 0) - n
         column = torch.arange(int(n.sum())) - starts.repeat_interleave(n)
-        slot = slots.repeat_interleave(n)
-        position = cached.repeat_interleave(n) + column
-        first = int(slots.min())
-        row = slot - first
-        rows, width = int(slots.max()) - first + 1, int(n.max())
-        keys = int((cached + n).max())
-        # Query (row, i) may read keys 0..limit; padding (and slots outside the batch) reads
-        # key 0 only: never an empty softmax, and their outputs are never read.
-        limit = torch.zeros(rows, width, dtype=torch.long)
-        limit[row, column] = position
-        mask = (torch.arange(keys) <= limit[:, :, None])[:, None]
-        return Layout(store, slot, position, row, column, first, rows, width, keys, mask)
+        slot = torch.tensor(slots).repeat_interleave(n)
+        position = torch.tensor(cached).repeat_interleave(n) + column
+        requests, start = [], 0
+        for s, c, k in zip(slots, cached, counts, strict=True):
+            # query i of this block (cache position c + i) sees keys 0..c + i
+            mask = None if k == 1 else torch.arange(c + k) <= (c + torch.arange(k))[:, None]
+            requests.append((s, start, start + k, c + k, mask))
+            start += k
+        return Layout(store, slot, position, requests)
 
     def forward(self, rids: list[int], blocks: list[list[int]]) -> torch.Tensor:
         """Final (normed) hidden states (B, H) of every token of `blocks`, request by request,

@@ -96,6 +96,24 @@ def test_choose_rate_inverts_a_known_busy_curve():
         assert choose_rate(b, lambda x: x / (x + 2)) == pytest.approx(2 * b / (1 - b), rel=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("longest", "given", "contexts"),
+    [
+        (300, None, (128, 256, 512)),
+        (512, None, (128, 256, 512)),
+        (513, None, (128, 512, 640)),
+        (1398, None, (128, 512, 1408)),
+        (1398, (16, 32), (16, 32)),
+    ],
+)
+def test_profile_contexts_reach_the_longest_served_request(longest, given, contexts):
+    """The on-machine profile spans every context the runs reach (the model interpolates, never
+    extrapolates past its last context), unless contexts are given."""
+    grid = Settings(profile_contexts=given).profile_grid(longest)
+    assert tuple(grid.contexts) == contexts
+    assert max(grid.contexts) >= longest or given
+
+
 @pytest.mark.parametrize(("served", "n"), [(36, 12), (3, 4), (5, 2)])
 def test_repeats_walk_through_the_served_prompts(served, n):
     """Repeat k asks served prompt (k n + i) mod P for request i, so consecutive repeats serve

@@ -82,7 +82,7 @@ class Settings:
     max_seqs: int = 16
     seed: int = 0
     target: str = "smollm2-135m"
-    profile_contexts: tuple[int, ...] = (128, 256, 512)  # of the on-machine profile
+    profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
 
     def check(self) -> None:
         """Everything that can be refused before a model is loaded or a file written."""
@@ -106,10 +106,15 @@ class Settings:
             if path is not None and not Path(path).is_file():
                 raise InputError(path, None, f"{what} not found")
 
-    def profile_grid(self) -> Grid:
-        """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence."""
+    def profile_grid(self, longest: int) -> Grid:
+        """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence, and
+        contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus the
+        output cap, rounded up to 128) when that is longer: the step model then interpolates
+        over every context the runs reach instead of extrapolating past 512."""
         seqs = tuple(sorted({r for r in (1, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
-        return Grid(seqs, (1, 2, 4, 8), self.profile_contexts, (1, 4), (32, 128))
+        top = -(-longest // 128) * 128
+        contexts = self.profile_contexts or ((128, 256, 512) if top <= 512 else (128, 512, top))
+        return Grid(seqs, (1, 2, 4, 8), contexts, (1, 4), (32, 128))
 
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
@@ -313,11 +318,13 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     draft_profile = out / "drafter-profile.csv"
     log(f"profiling the drafter on this machine ({draft_profile})")
     measure_drafter_profile(drafter, target, draft_profile)
+    prompt_lengths = np.array([len(target.encode_chat(p.prompt)) for p in served], np.int64)
     profile = s.profile
     if profile is None:  # never clock a validation by another machine's profile
         profile = out / "profile.csv"
         log(f"profiling {s.target} on this machine ({profile})")
-        write_cpu_profile(target, s.target, s.profile_grid(), profile, progress=False)
+        grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens)
+        write_cpu_profile(target, s.target, grid, profile, progress=False)
     meta["profile"] = str(profile)
     base = RunSpec(
         trace=arrivals_spec(1.0, s.requests, s.max_new_tokens),
@@ -329,7 +336,6 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
     )
     seeds = [s.seed + k for k in range(s.repeats)]
-    prompt_lengths = np.array([len(target.encode_chat(p.prompt)) for p in served], np.int64)
     expected_out = generated_lengths(half, s.max_new_tokens)
     plan = {}
     for name, busy in s.loads:
@@ -344,11 +350,12 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
         repeat_files.append(out / f"prompts-served-s{seed}.jsonl")
         write_prompt_file(repeat_files[-1], repeat_prompts(served, k, s.requests))
+    runs_started = time.perf_counter()  # the ETA extrapolates the real runs, not the set-up
     for name, _ in s.loads:
         for seed, prompt_file in zip(seeds, repeat_files, strict=True):
             for policy in s.policies:
-                elapsed = time.perf_counter() - started
-                eta = f", ~{_clock(elapsed / done * (total - done))} left" if done else ""
+                elapsed, running = time.perf_counter() - started, time.perf_counter() - runs_started
+                eta = f", ~{_clock(running / done * (total - done))} left" if done else ""
                 log(f"[{done + 1}/{total}] {name} seed {seed} {policy} ({_clock(elapsed)}{eta})")
                 spec = replace(
                     base,

@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(
             DEFAULT_REPEATS, help="Runs per load and policy, seeds SEED, SEED+1, ..."
         ),
-        requests: int = typer.Option(12, help="Requests per run."),
+        requests: int = typer.Option(10, help="Requests per run."),
         max_new_tokens: int = typer.Option(64, help="Output cap per request."),
         max_seqs: int = typer.Option(16, help="Concurrent requests cap."),
         seed: int = typer.Option(0, help="First seed (arrivals and sampling)."),

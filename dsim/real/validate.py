@@ -77,7 +77,7 @@ class Settings:
     policies: tuple[str, ...] = POLICIES
     loads: tuple[tuple[str, float], ...] = LOADS
     repeats: int = DEFAULT_REPEATS  # seeds seed, seed + 1, ...
-    requests: int = 12  # per run
+    requests: int = 10  # per run
     max_new_tokens: int = 64
     max_seqs: int = 16
     seed: int = 0

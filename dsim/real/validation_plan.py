@@ -6,8 +6,9 @@ file (`seq_id`, recorded with the file in the trace's sidecar `dataset`), so the
 is split by row: EVEN rows (0, 2, 4, ...) are the trace half, whose trace rows drive the
 simulation; ODD rows are the served half, which real mode serves. Repeat k's request i asks
 served prompt (k n + i) mod P (n requests a run, P served prompts), so the repeats walk through
-the served half instead of serving its first n prompts every time: three repeats of 12 serve
-all 36 held-out served prompts once. The two halves are disjoint and together cover the file.
+the served half instead of serving its first n prompts every time (the default three repeats of
+10 serve 30 of the 36 held-out served prompts, each once). The two halves are disjoint and
+together cover the file.
 
 The rate rule: a load is a target busy fraction of the server under `mtp1` (light 1/3,
 moderate 2/3). Its arrival rate is the one at which the *simulator* (the just-measured target

@@ -31,5 +31,5 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_policies.py
 
-bench-pareto: $(STAMP)  # 72 full-trace simulations with 2 processes: 8-25 minutes
+bench-pareto: $(STAMP)  # 72 full-trace simulations with 2 processes: ~4.5 minutes idle
 	$(BIN)/python benchmarks/bench_pareto.py

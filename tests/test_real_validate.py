@@ -25,7 +25,7 @@ from dsim.real.validation_plan import (
     choose_rate,
     expected_workload,
     rate_for_load,
-    repeat_prompts,
+    repeat_order,
     simulated_busy,
     split_rows,
     trace_half,
@@ -119,18 +119,15 @@ def test_repeats_walk_through_the_served_prompts(served, n):
     """Repeat k asks served prompt (k n + i) mod P for request i, so consecutive repeats serve
     consecutive prompts: P / n repeats of n requests serve every prompt once; the rate rule's
     prompt lengths follow the same order."""
-    from dsim.models.data import Prompt
-
-    prompts = [Prompt(f"p{j}", "chat", "q") for j in range(served)]
     lengths = np.arange(served) * 10
     asked = []
     for k in range(3):
-        order = repeat_prompts(prompts, k, n)
-        assert sorted(p.id for p in order) == sorted(p.id for p in prompts)
-        asked += [order[i % served].id for i in range(n)]
-        work = expected_workload(1.0, n, k, lengths, np.ones(1, np.int64), k)
-        assert [f"p{x // 10}" for x in work.prompt_tokens] == asked[-n:]
-    assert asked == [f"p{j % served}" for j in range(3 * n)]
+        order = repeat_order(served, k, n)
+        assert sorted(order.tolist()) == list(range(served))
+        asked += [int(order[i % served]) for i in range(n)]
+        work = expected_workload(1.0, n, k, lengths[order], np.ones(1, np.int64))
+        assert [x // 10 for x in work.prompt_tokens] == asked[-n:]
+    assert asked == [j % served for j in range(3 * n)]
 
 
 def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
@@ -148,7 +145,7 @@ def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
             [
                 simulated_busy(
                     replace(base, policy="mtp1", seed=s),
-                    expected_workload(rate, 40, s, lengths, outputs, k),
+                    expected_workload(rate, 40, s, lengths[repeat_order(3, k, 40)], outputs),
                     str(half_file),
                 )
                 for k, s in enumerate((0, 1, 2))

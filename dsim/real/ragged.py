@@ -7,11 +7,9 @@ exactly B tokens, no padding. Only attention is per request: a custom transforme
 function writes the new keys and values into each request's slot of a KV pool, then attends
 request by request over that slot's own keys (query i of request r sees keys 0..len_r + i), as
 a serving engine's variable-length attention does: no query is padded to the widest block and
-no request reads keys past its own cache. (An earlier version ran one batched attention over
-the batch's slot range, padded to the widest block and the longest cache: a decode request
-beside a 128-token prefill chunk cost 128 queries, which the step-time model, fitted on
-uniform batches, could not see.) Trimming after a rejection is lowering the request's
-committed length: the rejected slots are overwritten by its next pass.
+no request reads keys past its own cache, so a ragged batch costs its contexts' sum, as the
+step-time model (fitted on uniform batches) assumes. Trimming after a rejection is lowering the
+request's committed length: the rejected slots are overwritten by its next pass.
 
 Request r's cache holds every token before its anchor (the last emitted token, whose keys the
 next pass computes): `lengths[r] == prompt + generated - 1` between rounds.

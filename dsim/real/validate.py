@@ -47,7 +47,7 @@ from dsim.real.validation_plan import (
     arrivals_spec,
     generated_lengths,
     rate_for_load,
-    repeat_prompts,
+    repeat_order,
     served_prompts,
     trace_half,
     write_trace_half,
@@ -349,14 +349,17 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     repeat_files = []
     for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
         repeat_files.append(out / f"prompts-served-s{seed}.jsonl")
-        write_prompt_file(repeat_files[-1], repeat_prompts(served, k, s.requests))
+        order = repeat_order(len(served), k, s.requests)
+        write_prompt_file(repeat_files[-1], [served[j] for j in order])
     runs_started = time.perf_counter()  # the ETA extrapolates the real runs, not the set-up
     for name, _ in s.loads:
         for seed, prompt_file in zip(seeds, repeat_files, strict=True):
             for policy in s.policies:
-                elapsed, running = time.perf_counter() - started, time.perf_counter() - runs_started
-                eta = f", ~{_clock(running / done * (total - done))} left" if done else ""
-                log(f"[{done + 1}/{total}] {name} seed {seed} {policy} ({_clock(elapsed)}{eta})")
+                now = time.perf_counter()
+                left = (now - runs_started) / done * (total - done) if done else None
+                eta = f", ~{_clock(left)} left" if left is not None else ""
+                elapsed = _clock(now - started)
+                log(f"[{done + 1}/{total}] {name} seed {seed} {policy} ({elapsed}{eta})")
                 spec = replace(
                     base,
                     trace=arrivals_spec(plan[name]["rate"], s.requests, s.max_new_tokens),

@@ -88,29 +88,23 @@ def arrivals_spec(rate: float, n: int, cap: int) -> str:
     return f"synthetic:rate={rate!r},cv=1,n={n},output={cap},sigma=0"
 
 
-def repeat_prompts(served: list[Prompt], repeat: int, n: int) -> list[Prompt]:
-    """The served prompts in the order repeat `repeat` asks them: request i gets entry i mod P
-    of this list, served prompt (repeat n + i) mod P."""
-    first = repeat * n % len(served)
-    return served[first:] + served[:first]
+def repeat_order(prompts: int, repeat: int, n: int) -> np.ndarray:
+    """Served-prompt indices in the order repeat `repeat` asks them: request i gets entry
+    i mod P, served prompt (repeat n + i) mod P (P = `prompts`, n requests a run)."""
+    return (repeat * n + np.arange(prompts)) % prompts
 
 
 def expected_workload(
-    rate: float,
-    n: int,
-    seed: int,
-    prompt_tokens: np.ndarray,
-    output_tokens: np.ndarray,
-    repeat: int = 0,
+    rate: float, n: int, seed: int, prompt_tokens: np.ndarray, output_tokens: np.ndarray
 ) -> Workload:
     """n Poisson arrivals at `rate` (the real runs' arrivals for this seed), request i with
-    the length of the prompt repeat `repeat` serves it and the i mod S-th expected output
+    the i mod P-th prompt length (in the repeat's order) and the i mod S-th expected output
     length."""
     arrivals = load_workload(arrivals_spec(rate, n, 1), seed).arrival_s
     i = np.arange(n)
     return Workload(
         arrivals,
-        prompt_tokens[(repeat * n + i) % len(prompt_tokens)],
+        prompt_tokens[i % len(prompt_tokens)],
         output_tokens[i % len(output_tokens)],
         "dsim validate rate rule",
     )
@@ -156,7 +150,9 @@ def rate_for_load(
         runs = [
             simulated_busy(
                 replace(spec, seed=s),
-                expected_workload(rate, n, s, prompt_tokens, output_tokens, k),
+                expected_workload(
+                    rate, n, s, prompt_tokens[repeat_order(len(prompt_tokens), k, n)], output_tokens
+                ),
                 acceptance,
             )
             for k, s in enumerate(seeds)

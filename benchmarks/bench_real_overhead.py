@@ -29,7 +29,7 @@ from dsim.models.data import Prompt
 from dsim.models.drafters import Drafter, DrafterConfig
 from dsim.models.target import load_target
 from dsim.real.runner import profile_threads, run_real
-from dsim.real.validate import TimedBackend
+from dsim.real.step_check import TimedBackend
 from dsim.run import RunSpec
 
 PROFILE = "profiles/cpu-smollm2-135m.csv"
@@ -51,7 +51,7 @@ def time_engine_steps(spent: list[float]) -> None:
 
 
 class Timed(TimedBackend):
-    """validate's TimedBackend, its model time kept per step, plus the backend calls' time."""
+    """step_check's TimedBackend, its model time kept per step, plus the backend calls' time."""
 
     def __init__(self, *args, **kwargs) -> None:
         self.forward_s = defaultdict(float)  # step number -> seconds in model passes

@@ -15,11 +15,12 @@ from test_real import untrained_drafter
 
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
 from dsim.errors import InputError
-from dsim.hardware.latency import read_profile
+from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile, write_profile
 from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
+from dsim.real.step_check import EngineCalibration
 from dsim.real.validate import Settings, validate
 from dsim.real.validation_plan import (
     choose_rate,
@@ -204,15 +205,47 @@ def test_attribution_factors_multiply_to_the_tpot_error():
     parts = pd.DataFrame(
         [
             {"load": "light", "policy": "mtp1", "tpot_real": 0.1, "tpot_sim": 0.15,
-             "step_real_s": 10.0, "model_s": 8.0, "step_predicted_s": 12.0, "steps": 100,
-             "tau_real": 1.2, "tau_sim": 1.5},
+             "step_real_s": 10.0, "model_s": 8.0, "step_predicted_s": 12.0,
+             "overhead_charged_s": 1.0, "steps": 100, "tau_real": 1.2, "tau_sim": 1.5},
         ]
     )  # fmt: skip
     a = attribution(parts).iloc[0]
-    assert a.step_model == pytest.approx(0.5) and a.engine_overhead == pytest.approx(-0.2)
-    assert a.acceptance == pytest.approx(-0.2) and a.overhead_ms_per_step == pytest.approx(20.0)
-    product = (1 + a.step_model) * (1 + a.engine_overhead) * (1 + a.acceptance) * (1 + a.queueing)
+    assert a.passes == pytest.approx(0.3) and a.engine_overhead == pytest.approx(-0.1)
+    assert a.overhead_ms_per_step == pytest.approx(20.0)
+    assert a.charged_ms_per_step == pytest.approx(10.0) and a.acceptance == pytest.approx(-0.2)
+    product = (1 + a.passes + a.engine_overhead) * (1 + a.acceptance) * (1 + a.queueing)
     assert product == pytest.approx(1.5) and a.queueing == pytest.approx(1.5 / 0.96 - 1)
+
+
+def test_engine_calibration_scales_passes_and_charges_the_overhead_once(tmp_path):
+    raw = tmp_path / "raw.csv"
+    rows = [
+        ("verify", b, r, c, 10.0 + 0.5 * b + 2.0 * r + 0.01 * c + (b * r) % 3)
+        for b in (1, 4, 16)
+        for r in (1, 4)
+        if r <= b
+        for c in (128, 512)
+    ] + [("prefill", b, 1, c, 30.0 + 0.3 * b + 0.02 * c) for b in (32, 128) for c in (128, 512)]
+    write_profile(
+        pd.DataFrame(rows, columns=["phase", "batch_tokens", "num_seqs", "context_len",
+                                    "latency_ms"]),
+        raw, {"method": "test"},
+    )  # fmt: skip
+    cal = EngineCalibration(1.1, 0.002, 50, 6.0, 5.0, 4.5)
+    cal.apply(raw, tmp_path / "engine.csv", overhead=True)
+    cal.apply(raw, tmp_path / "passes.csv", overhead=False)
+    base, engine, passes = (
+        LatencyModel.from_csv(tmp_path / f"{n}.csv") for n in ("raw", "engine", "passes")
+    )
+    for b, r, c in ((1, 1, 128), (3, 2, 300), (16, 4, 700), (8, 1, 512)):
+        want = 1.1 * base.latency(b, r, c)
+        assert engine.latency(b, r, c) == pytest.approx(want + 0.002)
+        assert passes.latency(b, r, c) == pytest.approx(want)
+        mixed = base.step(b, r, c, 64, 1, 256)  # verify and prefill work in one step
+        assert engine.step(b, r, c, 64, 1, 256) == pytest.approx(1.1 * mixed + 0.002)
+    meta = profile_metadata(tmp_path / "engine.csv")
+    assert meta["method"] == "test"
+    assert meta["engine_calibration"]["overhead_s"] == 0.002
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
@@ -260,6 +293,17 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert sum(line.startswith("[") for line in lines) == 8  # a progress line per real run
     profile = read_profile(out / "profile.csv")
     assert set(profile["phase"]) == {"verify", "prefill"}
+    cal = json.loads((out / "calibration" / "engine.json").read_text())
+    assert cal["steps"] > 0 and cal["pass_factor"] > 0
+    assert cal["wall_s"] == pytest.approx(cal["model_s"] + cal["overhead_s"] * cal["steps"])
+    engine = read_profile(out / "profile-engine.csv")
+    want = profile["latency_ms"] * cal["pass_factor"] + 1e3 * cal["overhead_s"]
+    assert np.allclose(engine["latency_ms"], want, rtol=1e-5)
+    assert (out / "calibration" / "dspark-real" / "texts.jsonl").exists()
+    assert all(json.loads(x)["id"] in {"p0", "p2", "p4"} for x in
+               (out / "prompts-calibration.jsonl").read_text().splitlines())  # fmt: skip
+    sim = json.loads((out / "runs" / "light" / "s0" / "mtp1-trace" / "summary.json").read_text())
+    assert sim["spec"]["profile"].endswith("profile-engine.csv")
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,14 @@
 The held-out prompts are split by row (`dsim.real.validation_plan`): the acceptance trace's
 rows on the even rows drive the simulations, real mode serves the odd rows. The target is
 profiled on this machine right before the real runs (unless a profile is given), and so is
-the drafter. Each load (a target busy fraction under `mtp1`; its rate from the simulator by the
-stated rule) is repeated with different seeds (arrivals and sampling) and different served
-prompts (repeat k starts k x requests prompts further into the served half), and each repeat
-serves the same workload three ways per policy:
+the drafter; then one burst of requests per policy on the trace half's prompts calibrates the
+profiles to the engine (`dsim.real.step_check`: a factor on the passes and a constant overhead
+per step, which the simulations and the rate rule then use). Each load (a target busy fraction
+under `mtp1`; its rate from the simulator by the stated rule) is repeated with different seeds
+(arrivals and sampling) and different served prompts (repeat k starts k x requests prompts
+further into the served half), and each repeat serves the same workload three ways per policy:
 1. real mode with the wall clock (the truth);
-2. simulation with the measured profiles and the trace half (the "trace" model);
+2. simulation with the engine-calibrated profiles and the trace half (the "trace" model);
 3. simulation with the same profiles and a parametric acceptance preset.
 Both simulations get the real run's exact arrivals, prompt lengths and generated lengths.
 `dsim.real.validation_report` turns the runs into means and spread, errors, rankings, ratios,
@@ -23,7 +25,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,18 +33,17 @@ import pandas as pd
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
-from dsim.engine.config import DraftCost, EngineConfig
 from dsim.errors import InputError
 from dsim.fileio import write_json, write_with
-from dsim.hardware.latency import LatencyModel, write_profile
+from dsim.hardware.latency import write_profile
 from dsim.hardware.measure import Grid
 from dsim.metrics import per_user
-from dsim.models.data import read_prompt_file, write_prompt_file
+from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
 from dsim.policies import Oracle, parse_policy
-from dsim.real.backend import RealBackend
 from dsim.real.commands import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
+from dsim.real.step_check import EngineCalibration, TimedBackend, step_model_check
 from dsim.real.validation_plan import (
     arrivals_spec,
     generated_lengths,
@@ -50,6 +51,7 @@ from dsim.real.validation_plan import (
     repeat_order,
     served_prompts,
     trace_half,
+    trace_prompts,
     write_trace_half,
 )
 from dsim.real.validation_report import (
@@ -65,6 +67,9 @@ from dsim.workload import Workload
 POLICIES = ("mtp1", "fixed:4", "dspark")
 LOADS = (("light", 1 / 3), ("moderate", 2 / 3))  # target mtp1 busy fractions
 DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
+CALIBRATION_REQUESTS = 8  # per policy, arriving together (dsim.real.step_check)
+BURST_RATE = 1e3  # requests/s: a burst
+ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
 
 
 @dataclass(frozen=True)
@@ -169,83 +174,6 @@ def realized(run: RealRun) -> Workload:
     )
 
 
-def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[str, float]:
-    """The step-time model (target profile + drafter profile) on the real run's own batches:
-    predicted vs measured busy time, for decode-only steps and for steps with prefill work.
-    Context per sequence is approximated from the step's KV blocks (the log keeps no more),
-    and a step's prefill work is taken as one sequence's."""
-    latency = LatencyModel.from_csv(profile)
-    draft = DraftCost(profile=LatencyModel.from_csv(draft_profile), kind="block")
-    steps = run.result.steps
-    prefilling = (steps.prefill_tokens > 0).astype(np.int64)
-    ctx = (
-        steps.kv_blocks_used
-        * EngineConfig.block_size
-        / np.maximum(steps.num_running + prefilling, 1)
-    )
-    drafting = parse_policy(run.spec.policy).drafts
-    predicted = np.array(
-        [
-            (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
-            + float(latency.step(int(b - p), int(r), c, int(p), int(k), c))
-            for r, b, p, k, c in zip(
-                steps.num_running,
-                steps.batch_tokens,
-                steps.prefill_tokens,
-                prefilling,
-                ctx,
-                strict=True,
-            )
-        ]
-    )
-    out = {}
-    for name, keep in (
-        ("decode", steps.prefill_tokens == 0),
-        ("with_prefill", steps.prefill_tokens > 0),
-        ("all", steps.prefill_tokens >= 0),
-    ):
-        real, pred = float(steps.latency_s[keep].sum()), float(predicted[keep].sum())
-        out[f"{name}_steps"] = int(keep.sum())
-        out[f"{name}_real_s"] = real
-        out[f"{name}_predicted_s"] = pred
-        out[f"{name}_error"] = (pred - real) / real if real else float("nan")
-    return out
-
-
-class _TimedDrafter:
-    """A drafter whose draft() time is added to its backend's model time."""
-
-    def __init__(self, inner, backend: TimedBackend) -> None:
-        self._inner, self._backend = inner, backend
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def draft(self, *args, **kwargs):
-        return self._backend.timed(self._inner.draft, *args, **kwargs)
-
-
-class TimedBackend(RealBackend):
-    """The real backend, timing its model passes (drafter draft, target forward, LM head and
-    softmax): the rest of a wall-clock step is the engine's and backend's own overhead."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.model_s = 0.0
-        forward, probs = self.passes.forward, self.passes.probs
-        self.passes.forward = lambda *a, **k: self.timed(forward, *a, **k)
-        self.passes.probs = lambda *a, **k: self.timed(probs, *a, **k)
-        if self.drafter is not None:
-            self.drafter = _TimedDrafter(self.drafter, self)
-
-    def timed(self, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.model_s += time.perf_counter() - start
-
-
 def run_metrics(result: RunResult) -> dict[str, float]:
     """The compared metrics of one run (TPOT p90 from its per-request TPOTs)."""
     tpot = per_user(result.requests)["tpot_s"].dropna().to_numpy()
@@ -326,7 +254,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens)
         write_cpu_profile(target, s.target, grid, profile, progress=False)
     meta["profile"] = str(profile)
-    base = RunSpec(
+    raw = RunSpec(
         trace=arrivals_spec(1.0, s.requests, s.max_new_tokens),
         profile=str(profile),
         gamma=drafter.gamma,
@@ -335,6 +263,15 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         draft_cost=str(draft_profile),
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
     )
+    log(f"calibrating the engine: a burst of {CALIBRATION_REQUESTS} requests per policy")
+    cal = calibrate_engine(raw, target, drafter, trace_prompts(prompts), s, out)
+    meta["engine_calibration"] = (
+        f"pass factor k {cal.pass_factor:.4f}, overhead o {1e3 * cal.overhead_s:.2f} ms/step "
+        f"({cal.steps} steps of {CALIBRATION_REQUESTS}-request bursts, trace-half prompts); "
+        f"simulated with {ENGINE_PROFILE} and {ENGINE_DRAFT_PROFILE}"
+    )
+    profile, draft_profile = out / ENGINE_PROFILE, out / ENGINE_DRAFT_PROFILE
+    base = replace(raw, profile=str(profile), draft_cost=str(draft_profile))
     seeds = [s.seed + k for k in range(s.repeats)]
     expected_out = generated_lengths(half, s.max_new_tokens)
     plan = {}
@@ -368,9 +305,8 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
                 )
                 folder = out / "runs" / name / f"s{seed}"
                 info, measured, part = _one_run(
-                    spec, target, drafter, prompt_file, s, str(trace_file), folder, profile,
-                    draft_profile,
-                )  # fmt: skip
+                    spec, target, drafter, prompt_file, s, str(trace_file), folder, cal
+                )
                 key = {"load": name, "seed": seed, "policy": policy}
                 rows += [{**key, "kind": kind, **m} for kind, m in measured.items()]
                 runs.append({**key, **info})
@@ -393,6 +329,32 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     return results
 
 
+def calibrate_engine(
+    spec: RunSpec, target, drafter, prompts: list[Prompt], s: Settings, out: Path
+) -> EngineCalibration:
+    """Serve a burst of CALIBRATION_REQUESTS trace-half prompts (never the measured runs'
+    prompts) per policy for real, measure the pass factor and the engine overhead against the
+    raw profiles of `spec` (`dsim.real.step_check`), and write the engine-calibrated profiles
+    the simulations and the rate rule use."""
+    burst = out / "prompts-calibration.jsonl"
+    write_prompt_file(burst, prompts[:CALIBRATION_REQUESTS])
+    n = min(CALIBRATION_REQUESTS, len(prompts))
+    runs = []
+    for policy in s.policies:
+        run = run_real(
+            replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
+            target, drafter, burst, "wall", s.max_new_tokens, make_backend=TimedBackend,
+        )  # fmt: skip
+        write_real_run(run, out / "calibration" / f"{policy.replace(':', '')}-real")
+        runs.append(run)
+    profile, draft_profile = Path(spec.profile), Path(spec.draft_cost)
+    cal = EngineCalibration.measure(runs, profile, draft_profile)
+    cal.apply(profile, out / ENGINE_PROFILE, overhead=True)
+    cal.apply(draft_profile, out / ENGINE_DRAFT_PROFILE, overhead=False)
+    write_json(out / "calibration" / "engine.json", asdict(cal))
+    return cal
+
+
 def _one_run(
     spec: RunSpec,
     target,
@@ -401,10 +363,10 @@ def _one_run(
     s: Settings,
     trace: str,
     folder: Path,
-    profile: Path,
-    draft_profile: Path,
+    cal: EngineCalibration,
 ) -> tuple[dict, dict[str, dict[str, float]], dict[str, float]]:
-    """One real run and its two simulations: run info, metrics per kind, attribution parts."""
+    """One real run and its two simulations (with the engine-calibrated profiles of `spec`):
+    run info, metrics per kind, attribution parts."""
     name = spec.policy.replace(":", "")
     load_before, start_utc, t0 = os.getloadavg(), _utc(), time.perf_counter()
     run = run_real(
@@ -421,7 +383,7 @@ def _one_run(
         sim = run_engine(sim_spec, work, backend)
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
-    check = step_model_check(run, profile, draft_profile)
+    check = step_model_check(run, Path(spec.profile), Path(spec.draft_cost))
     info = {
         "start_utc": start_utc,
         "wall_s": wall,
@@ -436,6 +398,7 @@ def _one_run(
         "step_real_s": check["all_real_s"],
         "step_predicted_s": check["all_predicted_s"],
         "model_s": run.backend.model_s,
+        "overhead_charged_s": cal.overhead_s * check["all_steps"],
         "steps": check["all_steps"],
         "tau_real": measured["real"]["accepted_length_mean"],
         "tau_sim": measured["trace"]["accepted_length_mean"],

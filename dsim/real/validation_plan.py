@@ -163,6 +163,12 @@ def rate_for_load(
     return rate, busy_at(rate)
 
 
+def trace_prompts(prompts: list[Prompt]) -> list[Prompt]:
+    """The trace half (even rows) of the prompt file: never served by the measured runs."""
+    keep, _ = split_rows(len(prompts))
+    return [prompts[i] for i in keep]
+
+
 def served_prompts(prompts: list[Prompt]) -> list[Prompt]:
     """The served half (odd rows) of the prompt file."""
     _, serve = split_rows(len(prompts))

@@ -6,13 +6,16 @@ Every function reads a tidy frame with one row per (load, seed, policy, kind) wh
 "real" (the real run), "trace" or "preset" (its simulations), and one column per metric.
 
 Error attribution of a simulated TPOT (first order, multiplicative, means over repeats):
-    TPOT_sim / TPOT_real = (P / M) x (M / W) x (tau_real / tau_sim) x (1 + queueing)
+    TPOT_sim / TPOT_real = (1 + passes + overhead) x (tau_real / tau_sim) x (1 + queueing)
 with W the real run's step time (wall clock), M the part of it inside the model passes
 (drafter draft, target forward, LM head + softmax), P the step model's prediction for the
-real run's own batches. P / M - 1 is the step model's error, M / W - 1 = -(engine overhead
-share: real time per step outside the passes, which the simulation does not charge),
-tau_real / tau_sim - 1 the acceptance replay's effect (more tokens per round, shorter TPOT),
-and what is left is queueing (the simulated run forming other batches and queues).
+real run's own batches (the engine-calibrated profiles, `dsim.real.step_check`) and O the
+engine overhead it charges (o per step). P / W = 1 + passes + overhead splits the step model's
+error into shares of the real step time: passes = (P - O - M) / W, the model passes' error, and
+overhead = (O - (W - M)) / W, the charged overhead's (with O = 0 it is minus the engine's
+share of the step); tau_real / tau_sim - 1 is the acceptance replay's effect (more tokens per
+round, shorter TPOT), and what is left is queueing (the simulated run forming other batches
+and queues).
 """
 
 from __future__ import annotations
@@ -144,32 +147,35 @@ def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
 def attribution(parts: pd.DataFrame) -> pd.DataFrame:
     """Per (load, policy): the TPOT error of the trace simulation split into its factors (see
     the module doc). `parts` has one row per real run: load, policy, tpot_real, tpot_sim,
-    step_real_s (W), model_s (M), step_predicted_s (P), tau_real, tau_sim."""
+    step_real_s (W), model_s (M), step_predicted_s (P), overhead_charged_s (O), steps,
+    tau_real, tau_sim."""
     g = parts.groupby(["load", "policy"], sort=False).mean(numeric_only=True).reset_index()
-    step_model = g.step_predicted_s / g.model_s - 1
-    overhead = g.model_s / g.step_real_s - 1
+    engine_s = g.step_real_s - g.model_s
+    passes = (g.step_predicted_s - g.overhead_charged_s - g.model_s) / g.step_real_s
+    overhead = (g.overhead_charged_s - engine_s) / g.step_real_s
     acceptance = g.tau_real / g.tau_sim - 1
     total = g.tpot_sim / g.tpot_real - 1
-    queueing = (1 + total) / ((1 + step_model) * (1 + overhead) * (1 + acceptance)) - 1
+    queueing = (1 + total) / ((1 + passes + overhead) * (1 + acceptance)) - 1
     return pd.DataFrame(
         {
             "load": g.load,
             "policy": g.policy,
             "tpot_error": total,
-            "step_model": step_model,
+            "passes": passes,
             "engine_overhead": overhead,
             "acceptance": acceptance,
             "queueing": queueing,
-            "overhead_ms_per_step": 1e3 * (g.step_real_s - g.model_s) / g.steps,
+            "overhead_ms_per_step": 1e3 * engine_s / g.steps,
+            "charged_ms_per_step": 1e3 * g.overhead_charged_s / g.steps,
         }
     )
 
 
 FIXES = {
-    "step_model": "re-measure the profile through real mode's own step, closer in time to the "
+    "passes": "re-measure the profile through real mode's own step, closer in time to the "
     "runs, or model what it misses (sequences, context)",
-    "engine_overhead": "charge the engine's and backend's own time per step in the simulation "
-    "(a per-step or per-sequence overhead term)",
+    "engine_overhead": "charge the engine's and backend's own time per step as it varies "
+    "(a per-sequence term besides the calibration's constant per step)",
     "acceptance": "replay acceptance from more trace rows (the trace half is small) or "
     "condition it on the prompt",
     "queueing": "more requests per run and repeats (queueing at small n is noisy), or fix the "
@@ -261,19 +267,21 @@ def report_markdown(
             a.load,
             a.policy,
             _pct(a.tpot_error),
-            _pct(a.step_model),
+            _pct(a.passes),
             _pct(a.engine_overhead),
             f"{a.overhead_ms_per_step:.2f}",
+            f"{a.charged_ms_per_step:.2f}",
             _pct(a.acceptance),
             _pct(a.queueing),
         ]
         for a in attr.itertuples()
     ]
-    header = ["load", "policy", "TPOT error", "step model", "engine overhead", "ms/step"]
-    lines += [markdown_table([*header, "acceptance", "queueing"], rows), ""]
+    header = ["load", "policy", "TPOT error", "step model: passes", "overhead"]
+    header += ["overhead ms/step real", "charged", "acceptance", "queueing"]
+    lines += [markdown_table(header, rows), ""]
     missed = [(ld, n) for ld, c in comp.items() for n, met in c["targets"].items() if not met]
     if missed:
-        parts = ["step_model", "engine_overhead", "acceptance", "queueing"]
+        parts = ["passes", "engine_overhead", "acceptance", "queueing"]
         share = attr[parts].abs().mean()
         worst = str(share.idxmax())
         lines += [

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from dsim.acceptance.calibration import (
     auc,
     ece,
+    ece_noise,
     fit_sts,
     position_metrics,
     split_by_sequence,
@@ -46,6 +47,17 @@ def test_sts_recovers_temperature_and_calibrates_held_out():
         assert m["brier_after"] < m["brier_before"], m
         assert abs(m["auc_after"] - m["auc_before"]) < 0.01, m
     assert metrics[0]["auc_after"] == pytest.approx(metrics[0]["auc_before"], abs=1e-12)
+
+
+def test_ece_noise_bounds_a_calibrated_predictor_and_flags_a_miscalibrated_one():
+    rng = np.random.default_rng(3)
+    pred = expit(rng.normal(-1.0, 1.0, size=400))  # a few hundred rounds, as on held-out traces
+    mean, p95 = ece_noise(pred)
+    assert 0.02 < mean < p95 < 0.12  # sampling alone gives several percent at this size
+    inside = [ece(pred, rng.random(400) < pred) <= p95 for _ in range(400)]
+    assert 0.92 <= np.mean(inside) <= 0.98  # the 95th percentile: ~5% of honest draws above
+    off = [ece(pred, rng.random(400) < 0.6 * pred) > p95 for _ in range(200)]
+    assert np.mean(off) > 0.9  # power: 40% over-confidence is flagged
 
 
 def test_sts_leaves_calibrated_confidences_alone():

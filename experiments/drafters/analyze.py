@@ -223,7 +223,14 @@ def main() -> None:
     if not args.skip_calibration:
         cal = calibration(kinds, sfx)
         cal.to_csv(HERE / f"calibration{sfx}.csv", index=False)
-        cols = ["drafter", "position", "temperature", "ece_before", "ece_after", "auc_before"]
+        cols = [
+            "drafter",
+            "position",
+            "ece_before",
+            "ece_after",
+            "ece_after_noise_p95",
+            "auc_before",
+        ]
         print(cal[[c for c in cols if c in cal.columns]].to_string(index=False))
     (HERE / f"summary{sfx}.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -231,7 +231,7 @@ def test_engine_calibration_scales_passes_and_charges_the_overhead_once(tmp_path
                                     "latency_ms"]),
         raw, {"method": "test"},
     )  # fmt: skip
-    cal = EngineCalibration(1.1, 0.002, 50, 6.0, 5.0, 4.5)
+    cal = EngineCalibration(1.1, 0.002, 0.0005, 0.0001, ())
     cal.apply(raw, tmp_path / "engine.csv", overhead=True)
     cal.apply(raw, tmp_path / "passes.csv", overhead=False)
     base, engine, passes = (
@@ -239,13 +239,27 @@ def test_engine_calibration_scales_passes_and_charges_the_overhead_once(tmp_path
     )
     for b, r, c in ((1, 1, 128), (3, 2, 300), (16, 4, 700), (8, 1, 512)):
         want = 1.1 * base.latency(b, r, c)
-        assert engine.latency(b, r, c) == pytest.approx(want + 0.002)
         assert passes.latency(b, r, c) == pytest.approx(want)
-        mixed = base.step(b, r, c, 64, 1, 256)  # verify and prefill work in one step
-        assert engine.step(b, r, c, 64, 1, 256) == pytest.approx(1.1 * mixed + 0.002)
+        assert engine.latency(b, r, c) == pytest.approx(want + 0.002 + 0.0005 * r + 0.0001 * b)
+        mixed = base.step(b, r, c, 64, 1, 256)  # verify and prefill work: a is paid once
+        assert engine.step(b, r, c, 64, 1, 256) == pytest.approx(
+            1.1 * mixed + 0.002 + 0.0005 * (r + 1) + 0.0001 * b
+        )
     meta = profile_metadata(tmp_path / "engine.csv")
-    assert meta["method"] == "test"
-    assert meta["engine_calibration"]["overhead_s"] == 0.002
+    assert meta["method"] == "test" and meta["engine_calibration"]["per_seq_s"] == 0.0005
+
+
+def test_engine_calibration_fit_recovers_the_overhead_terms():
+    a, b, c = 0.001, 0.0012, 0.0002
+    runs = [
+        {"steps": n, "seqs": n * r, "verify_tokens": n * r * q, "model_s": 0.1 * n * r,
+         "predicted_s": 0.09 * n * r, "wall_s": 0.1 * n * r + a * n + b * n * r + c * n * r * q}
+        for n, r, q in ((55, 6.6, 2), (55, 6.5, 5), (59, 6.6, 3), (40, 1.7, 2), (40, 1.8, 5))
+    ]  # fmt: skip
+    cal = EngineCalibration.fit(runs)
+    assert (cal.per_step_s, cal.per_seq_s, cal.per_token_s) == pytest.approx((a, b, c))
+    assert cal.pass_factor == pytest.approx(0.1 / 0.09)
+    assert cal.charged_s(runs[0]) == pytest.approx(runs[0]["wall_s"] - runs[0]["model_s"])
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
@@ -294,12 +308,14 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     profile = read_profile(out / "profile.csv")
     assert set(profile["phase"]) == {"verify", "prefill"}
     cal = json.loads((out / "calibration" / "engine.json").read_text())
-    assert cal["steps"] > 0 and cal["pass_factor"] > 0
-    assert cal["wall_s"] == pytest.approx(cal["model_s"] + cal["overhead_s"] * cal["steps"])
+    assert len(cal["runs"]) == 2 * 2 and cal["pass_factor"] > 0  # bursts of 2 and 8, 2 policies
+    assert min(cal["per_step_s"], cal["per_seq_s"], cal["per_token_s"]) >= 0
     engine = read_profile(out / "profile-engine.csv")
-    want = profile["latency_ms"] * cal["pass_factor"] + 1e3 * cal["overhead_s"]
+    tokens = np.where(profile["phase"] == "verify", profile["batch_tokens"], 0)
+    extra = cal["per_step_s"] + cal["per_seq_s"] * profile["num_seqs"] + cal["per_token_s"] * tokens
+    want = profile["latency_ms"] * cal["pass_factor"] + 1e3 * extra
     assert np.allclose(engine["latency_ms"], want, rtol=1e-5)
-    assert (out / "calibration" / "dspark-real" / "texts.jsonl").exists()
+    assert (out / "calibration" / "dspark-8-real" / "texts.jsonl").exists()
     assert all(json.loads(x)["id"] in {"p0", "p2", "p4"} for x in
                (out / "prompts-calibration.jsonl").read_text().splitlines())  # fmt: skip
     sim = json.loads((out / "runs" / "light" / "s0" / "mtp1-trace" / "summary.json").read_text())

@@ -4,14 +4,19 @@ batches with the profiles, and calibrate the profiles on a separate burst (issue
 A wall-clock step W of real mode is the model passes M (drafter draft, target forward, LM head
 and softmax) plus the engine's and backend's own time (scheduling, sampling, bookkeeping). A
 profile measures passes alone, in isolation, so priced on a run's own batches it predicts P
-for M, not W. `dsim validate` therefore serves one short burst per policy before its measured
-runs (the rule, fixed before the v6 report):
+for M, not W. `dsim validate` therefore serves short bursts before its measured runs (the
+rule, fixed before the v6 report; the overhead's form before v7): per policy, a burst of 2 and
+a burst of 8 requests, and measures
 
-    pass factor k = sum M / sum P,   engine overhead o = (sum W - sum M) / steps
+    pass factor k = sum M / sum P,   engine overhead per step o = a + b R + c V
 
-pooled over the burst runs, and simulates with *engine-calibrated* profiles: every target
-profile row becomes k x latency + o (a mixed step pays o once: the step model's fixed term
-carries it), every drafter profile row k x latency.
+(R running sequences, V verify tokens) fitted by non-negative least squares on the bursts'
+per-run totals, sum(W - M) = a steps + b sum R + c sum V (the burst sizes vary R, the policies
+V per sequence: v6's single constant, fitted on 8-request bursts at R ~ 6.6, charged 7.9 ms a
+step where the measured runs, at R ~ 1-3, spent 2.4-3.8). The simulations use
+*engine-calibrated* profiles: every target profile row becomes k x latency + a + b R (+ c B on
+verify rows; R a prefill row's prefilling sequences), so a mixed step pays a once (the step
+model's fixed term carries it); every drafter profile row k x latency.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from scipy.optimize import nnls
 
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile, write_profile
@@ -108,36 +115,73 @@ def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[s
     return out
 
 
+def run_totals(run: RealRun, predicted_s: float) -> dict[str, float]:
+    """One real run's step totals: steps, sum R, sum V, W, M and P (the profiles' prediction)."""
+    steps = run.result.steps
+    return {
+        "steps": len(steps.latency_s),
+        "seqs": float(steps.num_running.sum()),
+        "verify_tokens": float((steps.batch_tokens - steps.prefill_tokens).sum()),
+        "wall_s": float(steps.latency_s.sum()),
+        "model_s": run.backend.model_s,
+        "predicted_s": predicted_s,
+    }
+
+
 @dataclass(frozen=True)
 class EngineCalibration:
-    """What the burst runs measured (module doc): k, o and the totals they come from."""
+    """What the burst runs measured (module doc): k, o = a + b R + c V, and the totals."""
 
     pass_factor: float  # k = sum M / sum P
-    overhead_s: float  # o = (sum W - sum M) / steps
-    steps: int
-    wall_s: float  # sum W
-    model_s: float  # sum M
-    predicted_s: float  # sum P (the uncalibrated profiles)
+    per_step_s: float  # a
+    per_seq_s: float  # b
+    per_token_s: float  # c, per verify token
+    runs: tuple[dict[str, float], ...]  # run_totals of every burst run
+
+    @classmethod
+    def fit(cls, runs: list[dict[str, float]]) -> EngineCalibration:
+        """k and (a, b, c) >= 0 from per-run totals (`run_totals`)."""
+        col = {k: np.array([r[k] for r in runs], dtype=np.float64) for k in runs[0]}
+        design = np.column_stack([col["steps"], col["seqs"], col["verify_tokens"]])
+        (a, b, c), _ = nnls(design, col["wall_s"] - col["model_s"])
+        k = col["model_s"].sum() / col["predicted_s"].sum()
+        return cls(float(k), float(a), float(b), float(c), tuple(runs))
 
     @classmethod
     def measure(cls, runs: list[RealRun], profile: Path, draft_profile: Path) -> EngineCalibration:
-        """Pool the runs (each served by a `TimedBackend`) against the raw profiles."""
-        checks = [step_model_check(run, profile, draft_profile) for run in runs]
-        steps = sum(c["all_steps"] for c in checks)
-        wall = sum(c["all_real_s"] for c in checks)
-        model = sum(run.backend.model_s for run in runs)
-        predicted = sum(c["all_predicted_s"] for c in checks)
-        return cls(model / predicted, (wall - model) / steps, steps, wall, model, predicted)
+        """Fit on real runs (each served by a `TimedBackend`) against the raw profiles."""
+        return cls.fit(
+            [
+                run_totals(run, step_model_check(run, profile, draft_profile)["all_predicted_s"])
+                for run in runs
+            ]
+        )
+
+    def overhead_s(self, seqs: Any, verify_tokens: Any) -> Any:
+        """o = a + b R + c V, seconds per step (R and V scalars or arrays)."""
+        return self.per_step_s + self.per_seq_s * seqs + self.per_token_s * verify_tokens
+
+    def charged_s(self, totals: dict[str, float]) -> float:
+        """The overhead o charges a run in all (`run_totals`): a steps + b sum R + c sum V."""
+        return float(
+            self.per_step_s * totals["steps"]
+            + self.per_seq_s * totals["seqs"]
+            + self.per_token_s * totals["verify_tokens"]
+        )
 
     def apply(self, profile: Path, out: Path, overhead: bool) -> None:
         """Write `profile` engine-calibrated to `out`: k x latency, plus o when `overhead`
         (the target's profile; a drafter profile gets k alone)."""
         df = read_profile(profile)
-        add_ms = 1e3 * self.overhead_s if overhead else 0.0
+        add_ms: Any = 0.0
+        if overhead:
+            seqs = df["num_seqs"].to_numpy() if "num_seqs" in df else 1.0
+            tokens = np.where(df["phase"] == "verify", df["batch_tokens"], 0)
+            add_ms = 1e3 * self.overhead_s(seqs, tokens)
         for col in LATENCY_COLUMNS:
             if col in df:
                 df[col] = df[col] * self.pass_factor + add_ms
-        note = "k x latency + o" if overhead else "k x latency"
+        note = "k x latency + a + b R + c B (B on verify rows)" if overhead else "k x latency"
         meta = profile_metadata(profile) | {
             "engine_calibration": {**asdict(self), "applied": note, "source": str(profile)}
         }

@@ -43,7 +43,12 @@ from dsim.policies import Oracle, parse_policy
 from dsim.real.commands import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
-from dsim.real.step_check import EngineCalibration, TimedBackend, step_model_check
+from dsim.real.step_check import (
+    EngineCalibration,
+    TimedBackend,
+    run_totals,
+    step_model_check,
+)
 from dsim.real.validation_plan import (
     arrivals_spec,
     generated_lengths,
@@ -67,7 +72,7 @@ from dsim.workload import Workload
 POLICIES = ("mtp1", "fixed:4", "dspark")
 LOADS = (("light", 1 / 3), ("moderate", 2 / 3))  # target mtp1 busy fractions
 DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
-CALIBRATION_REQUESTS = 8  # per policy, arriving together (dsim.real.step_check)
+CALIBRATION_BURSTS = (2, 8)  # requests per burst (arriving together), each policy
 BURST_RATE = 1e3  # requests/s: a burst
 ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
 
@@ -263,12 +268,14 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         draft_cost=str(draft_profile),
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
     )
-    log(f"calibrating the engine: a burst of {CALIBRATION_REQUESTS} requests per policy")
+    log(f"calibrating the engine: bursts of {CALIBRATION_BURSTS} requests per policy")
     cal = calibrate_engine(raw, target, drafter, trace_prompts(prompts), s, out)
     meta["engine_calibration"] = (
-        f"pass factor k {cal.pass_factor:.4f}, overhead o {1e3 * cal.overhead_s:.2f} ms/step "
-        f"({cal.steps} steps of {CALIBRATION_REQUESTS}-request bursts, trace-half prompts); "
-        f"simulated with {ENGINE_PROFILE} and {ENGINE_DRAFT_PROFILE}"
+        f"pass factor k {cal.pass_factor:.4f}, overhead per step "
+        f"{1e3 * cal.per_step_s:.2f} ms + {1e3 * cal.per_seq_s:.3f} ms x R + "
+        f"{1e3 * cal.per_token_s:.4f} ms x V ({sum(r['steps'] for r in cal.runs)} steps of "
+        f"bursts of {' and '.join(map(str, CALIBRATION_BURSTS))} requests per policy, "
+        f"trace-half prompts); simulated with {ENGINE_PROFILE} and {ENGINE_DRAFT_PROFILE}"
     )
     profile, draft_profile = out / ENGINE_PROFILE, out / ENGINE_DRAFT_PROFILE
     base = replace(raw, profile=str(profile), draft_cost=str(draft_profile))
@@ -332,21 +339,21 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
 def calibrate_engine(
     spec: RunSpec, target, drafter, prompts: list[Prompt], s: Settings, out: Path
 ) -> EngineCalibration:
-    """Serve a burst of CALIBRATION_REQUESTS trace-half prompts (never the measured runs'
+    """Serve bursts of CALIBRATION_BURSTS trace-half prompts (never the measured runs'
     prompts) per policy for real, measure the pass factor and the engine overhead against the
     raw profiles of `spec` (`dsim.real.step_check`), and write the engine-calibrated profiles
     the simulations and the rate rule use."""
     burst = out / "prompts-calibration.jsonl"
-    write_prompt_file(burst, prompts[:CALIBRATION_REQUESTS])
-    n = min(CALIBRATION_REQUESTS, len(prompts))
+    write_prompt_file(burst, prompts[: max(CALIBRATION_BURSTS)])
     runs = []
-    for policy in s.policies:
-        run = run_real(
-            replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
-            target, drafter, burst, "wall", s.max_new_tokens, make_backend=TimedBackend,
-        )  # fmt: skip
-        write_real_run(run, out / "calibration" / f"{policy.replace(':', '')}-real")
-        runs.append(run)
+    for n in CALIBRATION_BURSTS:
+        for policy in s.policies:
+            run = run_real(
+                replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
+                target, drafter, burst, "wall", s.max_new_tokens, make_backend=TimedBackend,
+            )  # fmt: skip
+            write_real_run(run, out / "calibration" / f"{policy.replace(':', '')}-{n}-real")
+            runs.append(run)
     profile, draft_profile = Path(spec.profile), Path(spec.draft_cost)
     cal = EngineCalibration.measure(runs, profile, draft_profile)
     cal.apply(profile, out / ENGINE_PROFILE, overhead=True)
@@ -398,7 +405,7 @@ def _one_run(
         "step_real_s": check["all_real_s"],
         "step_predicted_s": check["all_predicted_s"],
         "model_s": run.backend.model_s,
-        "overhead_charged_s": cal.overhead_s * check["all_steps"],
+        "overhead_charged_s": cal.charged_s(run_totals(run, check["all_predicted_s"])),
         "steps": check["all_steps"],
         "tau_real": measured["real"]["accepted_length_mean"],
         "tau_sim": measured["trace"]["accepted_length_mean"],

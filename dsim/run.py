@@ -52,6 +52,7 @@ class RunSpec:
     max_seqs: int = 256
     kv_tokens: int = 500_000
     prefill_chunk: int = 2048
+    fused_prefill: bool = True  # False: an engine that runs prefill as its own pass (real mode)
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
@@ -159,6 +160,7 @@ def run_engine(
         spec.max_seqs,
         spec.kv_tokens,
         prefill_chunk=spec.prefill_chunk,
+        fused_prefill=spec.fused_prefill,
         sched=parse_sched_cost(spec.sched_cost),
     )
     latency = LatencyModel.from_csv(spec.profile)

@@ -81,6 +81,28 @@ def test_mixed_step_pays_the_fixed_cost_once(tmp_path):
     assert model.step(24, 6, 700, 300, 2, 900) == pytest.approx(v + p - min(A, PA) / 1e3)
     assert model.step(0, 0, 0.0, 300, 2, 900) == pytest.approx(p)  # prefill only
     assert model.step(24, 6, 700) == pytest.approx(v)  # verify only
+    # an engine running prefill as its own pass (real mode) pays both passes in full
+    assert model.step(24, 6, 700, 300, 2, 900, fused=False) == pytest.approx(v + p)
+    assert model.priced(6, 700.0, 300, 2, 900.0, fused=False)(np.array([24, 30])) == (
+        pytest.approx([v + p, linear_ms(30, 6, 700) / 1e3 + p])
+    )
+
+
+def test_unfused_engine_pays_both_passes_in_its_mixed_step(sim, tmp_path):
+    """B arrives while A decodes: the step that prefills B also verifies A. Every step before
+    it is decode-only (priced alike), so B's first token comes exactly the shared fixed cost
+    min(A, PA) later when the engine runs prefill as its own pass."""
+    profile = write_linear_profile(tmp_path / "p.csv", prefill=True)
+    trace = write_trace(tmp_path / "t.jsonl", [0.0, 0.05], [100, 80], [41, 5])
+    first = {
+        fused: sim(
+            trace=str(trace), profile=str(profile), acceptance="iid:1.0", policy="mtp1",
+            draft_cost="0", fused_prefill=fused,
+        ).requests["first_token_s"].to_numpy()
+        for fused in (True, False)
+    }  # fmt: skip
+    assert first[False][0] == first[True][0]  # A's prefill step has no verify work
+    assert first[False][1] - first[True][1] == pytest.approx(min(A, PA) / 1e3)
 
 
 def test_profile_without_prefill_rows_prices_prefill_as_verify(linear):

@@ -13,13 +13,16 @@ from dsim.hardware.latency import LatencyModel, StepPrice
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """One replica's limits: drafts per round, concurrency, KV cache and prefill chunking."""
+    """One replica's limits: drafts per round, concurrency, KV cache and prefill chunking, and
+    whether a step's prefill chunks share the verify pass (fused, vLLM's chunked prefill) or run
+    as a pass of their own (dsim's real mode), which pays the step's fixed cost twice."""
 
     gamma: int = 7
     max_seqs: int = 256
     kv_tokens: int = 500_000
     block_size: int = 16
     prefill_chunk: int = 2048
+    fused_prefill: bool = True
     sched: SchedCost = field(default_factory=lambda: SchedCost())
 
     def __post_init__(self) -> None:

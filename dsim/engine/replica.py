@@ -287,7 +287,7 @@ class Replica:
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
         ctx = self.batch_ctx / r if r else 0.0
         p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
-        price = self.latency.priced(r, ctx, p, len(takes), p_ctx)  # the step's latency of B
+        price = self.latency.priced(r, ctx, p, len(takes), p_ctx, self.cfg.fused_prefill)
         draft_s, decode, verify_tokens = 0.0, None, 0
         if r:
             ids = self.ids

@@ -27,7 +27,9 @@ read once and the per-step overhead is paid once. `step` composes it as
     verify(B, R, C) + prefill(P, R_p, C_p) - min(fixed_verify(C), fixed_prefill(C_p)),
 
 where fixed = f(0) + g(0), the model's latency at zero tokens and zero sequences (clipped to
-[0, the smaller part]). A profile without prefill rows prices prefill with the verify surface.
+[0, the smaller part]). An engine that runs prefill as a pass of its own (`fused=False`,
+`EngineConfig.fused_prefill`; dsim's real mode) pays verify + prefill. A profile without
+prefill rows prices prefill with the verify surface.
 """
 
 from __future__ import annotations
@@ -305,12 +307,14 @@ class StepPrice:
         prefill_tokens: int = 0,
         prefill_seqs: int = 0,
         prefill_context: float = 0.0,
+        fused: bool = True,
     ) -> None:
         self.model, self.num_seqs, self.context_len = model, int(num_seqs), context_len
         self.section, self.floor = model.verify.section(self.num_seqs, context_len), model._floor
         self.prefill_tokens, self.p, self.shared = prefill_tokens, 0.0, 0.0
         if prefill_tokens:
             self.p = model.prefill(prefill_tokens, prefill_seqs, prefill_context)
+        if prefill_tokens and fused:
             fixed = model.verify.fixed(context_len), model.prefill_surface.fixed(prefill_context)
             self.shared = min(*fixed, self.p)
 
@@ -387,12 +391,14 @@ class LatencyModel:
         prefill_tokens: int = 0,
         prefill_seqs: int = 0,
         prefill_context: float = 0.0,
+        fused: bool = True,
     ) -> Any:
         """Seconds for a step with verify work (B may be an array at fixed R and C: the
-        policies' SPS(B)) and prefill work; a mixed step pays the fixed cost once."""
-        return self.priced(num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)(
-            verify_tokens
-        )
+        policies' SPS(B)) and prefill work; a fused mixed step pays the fixed cost once, an
+        unfused one (prefill as its own pass) pays the sum of the two."""
+        return self.priced(
+            num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context, fused
+        )(verify_tokens)
 
     def priced(
         self,
@@ -401,9 +407,12 @@ class LatencyModel:
         prefill_tokens: int = 0,
         prefill_seqs: int = 0,
         prefill_context: float = 0.0,
+        fused: bool = True,
     ) -> StepPrice:
         """`step` as a function of the verify tokens alone, for one step's other figures."""
-        return StepPrice(self, num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context)
+        return StepPrice(
+            self, num_seqs, context_len, prefill_tokens, prefill_seqs, prefill_context, fused
+        )
 
     def _floored(self, y: Any) -> Any:
         if isinstance(y, float):

@@ -80,6 +80,7 @@ def run_real(
     `make_backend` builds the backend (tests and benchmarks wrap it to observe rounds).
     """
     policy = check_options(spec, clock, drafter is not None)
+    spec = replace(spec, fused_prefill=False)  # the backend runs each prefill as its own pass
     if drafter is not None:
         spec = replace(spec, gamma=drafter.gamma)
     temperatures = None

@@ -86,11 +86,11 @@ def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[s
         * EngineConfig.block_size
         / np.maximum(steps.num_running + prefilling, 1)
     )
-    drafting = parse_policy(run.spec.policy).drafts
+    drafting, fused = parse_policy(run.spec.policy).drafts, run.spec.fused_prefill
     predicted = np.array(
         [
             (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
-            + float(latency.step(int(b - p), int(r), c, int(p), int(k), c))
+            + float(latency.step(int(b - p), int(r), c, int(p), int(k), c, fused))
             for r, b, p, k, c in zip(
                 steps.num_running,
                 steps.batch_tokens,

@@ -267,6 +267,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         max_seqs=s.max_seqs,
         draft_cost=str(draft_profile),
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
+        fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
     log(f"calibrating the engine: bursts of {CALIBRATION_BURSTS} requests per policy")
     cal = calibrate_engine(raw, target, drafter, trace_prompts(prompts), s, out)

@@ -22,10 +22,11 @@ quiet() {
 # at a light and a moderate load, 3 seeds each (the defaults: 3 repeats x 10 requests; issue
 # 17). validate first profiles the target and the drafter on this machine (1 torch thread, real
 # mode's own pass) into OUT, then calibrates them to the engine (bursts of 2 and 8 requests per
-# policy on the trace half's prompts: pass factor and overhead per step a + b R + c V). v2-v6
-# are the earlier reports (v5: no engine calibration; v6: one constant overhead per step).
+# policy on the trace half's prompts: pass factor and overhead per step a + b R + c V), and
+# simulates real mode's mixed steps as two passes. v2-v7 are the earlier reports (v5: no
+# engine calibration; v6: one constant overhead per step; v7: mixed steps priced as fused).
 quiet
-$DSIM validate --out experiments/validation/v7
+$DSIM validate --out experiments/validation/v8
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

@@ -52,7 +52,6 @@ class RunSpec:
     max_seqs: int = 256
     kv_tokens: int = 500_000
     prefill_chunk: int = 2048
-    fused_prefill: bool = True  # False: an engine that runs prefill as its own pass (real mode)
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
@@ -63,6 +62,7 @@ class RunSpec:
     disagg: str | None = None  # "P:D": prefill and decode replicas (replaces replicas)
     kv_link_gbps: float = 400.0
     kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
+    fused_prefill: bool = True  # False: an engine that runs prefill as its own pass (real mode)
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);

@@ -318,6 +318,11 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert (out / "calibration" / "dspark-8-real" / "texts.jsonl").exists()
     assert all(json.loads(x)["id"] in {"p0", "p2", "p4"} for x in
                (out / "prompts-calibration.jsonl").read_text().splitlines())  # fmt: skip
+    end = json.loads((out / "calibration-end" / "engine.json").read_text())
+    drift = comp["machine_drift"]
+    assert drift["pass_factor_start"] == cal["pass_factor"]
+    assert drift["change"] == pytest.approx(end["pass_factor"] / cal["pass_factor"] - 1)
+    assert "Machine drift" in report
     sim = json.loads((out / "runs" / "light" / "s0" / "mtp1-trace" / "summary.json").read_text())
     assert sim["spec"]["profile"].endswith("profile-engine.csv")
 

@@ -75,6 +75,7 @@ DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
 CALIBRATION_BURSTS = (2, 8)  # requests per burst (arriving together), each policy
 BURST_RATE = 1e3  # requests/s: a burst
 ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
+DRIFT_TOL = 0.10  # a machine whose passes sped up or slowed down more than this mid-run
 
 
 @dataclass(frozen=True)
@@ -320,18 +321,26 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
                 runs.append({**key, **info})
                 parts.append({**key, **part})
                 done += 1
+    log("re-measuring the engine on the same bursts (drift check)")
+    end = burst_calibration(raw, target, drafter, trace_prompts(prompts), s, out, "calibration-end")
+    drift = {
+        "pass_factor_start": cal.pass_factor,
+        "pass_factor_end": end.pass_factor,
+        "change": end.pass_factor / cal.pass_factor - 1,
+        "tolerance": DRIFT_TOL,
+    }
     frame = pd.DataFrame(rows)
     results = validation_json(frame)
     comp = comparisons(frame)
     attr = attribution(pd.DataFrame(parts))
     meta["wall_time"] = _clock(time.perf_counter() - started)
     write_json(out / "validation.json", results)
-    write_json(out / "comparison.json", {"loads": plan, "by_load": comp})
+    write_json(out / "comparison.json", {"loads": plan, "by_load": comp, "machine_drift": drift})
     write_json(
         out / "diagnostics.json",
         {"meta": meta, "runs": runs, "attribution": attr.to_dict(orient="records")},
     )
-    text = report_markdown(meta, plan, runs, results, comp, attr)
+    text = report_markdown(meta, plan, runs, results, comp, attr, drift)
     write_with(out / "report.md", lambda tmp: tmp.write_text(text + "\n"))
     log(text)
     return results
@@ -340,10 +349,21 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
 def calibrate_engine(
     spec: RunSpec, target, drafter, prompts: list[Prompt], s: Settings, out: Path
 ) -> EngineCalibration:
+    """Measure the engine on bursts (`burst_calibration`) and write the engine-calibrated
+    profiles the simulations and the rate rule use."""
+    cal = burst_calibration(spec, target, drafter, prompts, s, out, "calibration")
+    cal.apply(Path(spec.profile), out / ENGINE_PROFILE, overhead=True)
+    cal.apply(Path(spec.draft_cost), out / ENGINE_DRAFT_PROFILE, overhead=False)
+    return cal
+
+
+def burst_calibration(
+    spec: RunSpec, target, drafter, prompts: list[Prompt], s: Settings, out: Path, folder: str
+) -> EngineCalibration:
     """Serve bursts of CALIBRATION_BURSTS trace-half prompts (never the measured runs'
-    prompts) per policy for real, measure the pass factor and the engine overhead against the
-    raw profiles of `spec` (`dsim.real.step_check`), and write the engine-calibrated profiles
-    the simulations and the rate rule use."""
+    prompts) per policy for real and measure the pass factor and the engine overhead against
+    the raw profiles of `spec` (`dsim.real.step_check`); runs and engine.json go to
+    OUT/folder."""
     burst = out / "prompts-calibration.jsonl"
     write_prompt_file(burst, prompts[: max(CALIBRATION_BURSTS)])
     runs = []
@@ -353,13 +373,10 @@ def calibrate_engine(
                 replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
                 target, drafter, burst, "wall", s.max_new_tokens, make_backend=TimedBackend,
             )  # fmt: skip
-            write_real_run(run, out / "calibration" / f"{policy.replace(':', '')}-{n}-real")
+            write_real_run(run, out / folder / f"{policy.replace(':', '')}-{n}-real")
             runs.append(run)
-    profile, draft_profile = Path(spec.profile), Path(spec.draft_cost)
-    cal = EngineCalibration.measure(runs, profile, draft_profile)
-    cal.apply(profile, out / ENGINE_PROFILE, overhead=True)
-    cal.apply(draft_profile, out / ENGINE_DRAFT_PROFILE, overhead=False)
-    write_json(out / "calibration" / "engine.json", asdict(cal))
+    cal = EngineCalibration.measure(runs, Path(spec.profile), Path(spec.draft_cost))
+    write_json(out / folder / "engine.json", asdict(cal))
     return cal
 
 

@@ -192,12 +192,31 @@ def _num(x: float) -> str:
 
 
 def report_markdown(
-    meta: dict, plan: dict, runs: list[dict], results: dict, comp: dict, attr: pd.DataFrame
+    meta: dict,
+    plan: dict,
+    runs: list[dict],
+    results: dict,
+    comp: dict,
+    attr: pd.DataFrame,
+    drift: dict,
 ) -> str:
-    """report.md: the machine, the loads and rates, every run's date and load average, the
-    results table, the ranking and ratios, the targets met/missed and the attribution."""
+    """report.md: the machine and its drift, the loads and rates, every run's date and load
+    average, the results table, the ranking and ratios, the targets met/missed and the
+    attribution."""
     lines = ["# dsim validate report", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
+    change, tol = drift["change"], drift["tolerance"]
+    verdict = (
+        "within"
+        if abs(change) <= tol
+        else "**beyond**; this run's wall-clock comparison is not evidence either way"
+    )
+    lines += [
+        "",
+        f"Machine drift: the same bursts re-served after the last run took {_pct(change)} "
+        f"time in the model passes (pass factor {drift['pass_factor_start']:.4f} at the start, "
+        f"{drift['pass_factor_end']:.4f} at the end): {verdict} the {tol:.0%} tolerance.",
+    ]
     lines += ["", "## Loads (rate rule: simulated mtp1 busy fraction, bisection on the rate)", ""]
     rows = []
     for name, p in plan.items():

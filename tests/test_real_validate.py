@@ -259,7 +259,9 @@ def test_engine_calibration_fit_recovers_the_overhead_terms():
     cal = EngineCalibration.fit(runs)
     assert (cal.per_step_s, cal.per_seq_s, cal.per_token_s) == pytest.approx((a, b, c))
     assert cal.pass_factor == pytest.approx(0.1 / 0.09)
-    assert cal.charged_s(runs[0]) == pytest.approx(runs[0]["wall_s"] - runs[0]["model_s"])
+    first = runs[0]
+    charged = cal.overhead_s(first["seqs"], first["verify_tokens"], first["steps"])
+    assert charged == pytest.approx(first["wall_s"] - first["model_s"])
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):

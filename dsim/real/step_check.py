@@ -157,17 +157,10 @@ class EngineCalibration:
             ]
         )
 
-    def overhead_s(self, seqs: Any, verify_tokens: Any) -> Any:
-        """o = a + b R + c V, seconds per step (R and V scalars or arrays)."""
-        return self.per_step_s + self.per_seq_s * seqs + self.per_token_s * verify_tokens
-
-    def charged_s(self, totals: dict[str, float]) -> float:
-        """The overhead o charges a run in all (`run_totals`): a steps + b sum R + c sum V."""
-        return float(
-            self.per_step_s * totals["steps"]
-            + self.per_seq_s * totals["seqs"]
-            + self.per_token_s * totals["verify_tokens"]
-        )
+    def overhead_s(self, seqs: Any, verify_tokens: Any, steps: Any = 1) -> Any:
+        """a steps + b R + c V: o of one step (R and V scalars or arrays), or of a run in all
+        from its totals (`run_totals`: steps, sum R, sum V)."""
+        return self.per_step_s * steps + self.per_seq_s * seqs + self.per_token_s * verify_tokens
 
     def apply(self, profile: Path, out: Path, overhead: bool) -> None:
         """Write `profile` engine-calibrated to `out`: k x latency, plus o when `overhead`

@@ -3,12 +3,14 @@
 The held-out prompts are split by row (`dsim.real.validation_plan`): the acceptance trace's
 rows on the even rows drive the simulations, real mode serves the odd rows. The target is
 profiled on this machine right before the real runs (unless a profile is given), and so is
-the drafter; then one burst of requests per policy on the trace half's prompts calibrates the
-profiles to the engine (`dsim.real.step_check`: a factor on the passes and a constant overhead
-per step, which the simulations and the rate rule then use). Each load (a target busy fraction
-under `mtp1`; its rate from the simulator by the stated rule) is repeated with different seeds
-(arrivals and sampling) and different served prompts (repeat k starts k x requests prompts
-further into the served half), and each repeat serves the same workload three ways per policy:
+the drafter; then bursts of requests per policy on the trace half's prompts calibrate the
+profiles to the engine (`dsim.real.step_check`: a factor on the passes and an overhead per
+step that grows with its sequences and verify tokens, which the simulations and the rate rule
+then use), and the same bursts re-served after the last run measure the machine's drift.
+Each load (a target busy fraction under `mtp1`; its rate from the simulator by the stated
+rule) is repeated with different seeds (arrivals and sampling) and different served prompts
+(repeat k starts k x requests prompts further into the served half), and each repeat serves
+the same workload three ways per policy:
 1. real mode with the wall clock (the truth);
 2. simulation with the engine-calibrated profiles and the trace half (the "trace" model);
 3. simulation with the same profiles and a parametric acceptance preset.
@@ -271,7 +273,8 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
     log(f"calibrating the engine: bursts of {CALIBRATION_BURSTS} requests per policy")
-    cal = calibrate_engine(raw, target, drafter, trace_prompts(prompts), s, out)
+    burst_prompts = trace_prompts(prompts)
+    cal = calibrate_engine(raw, target, drafter, burst_prompts, s, out)
     meta["engine_calibration"] = (
         f"pass factor k {cal.pass_factor:.4f}, overhead per step "
         f"{1e3 * cal.per_step_s:.2f} ms + {1e3 * cal.per_seq_s:.3f} ms x R + "
@@ -322,7 +325,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
                 parts.append({**key, **part})
                 done += 1
     log("re-measuring the engine on the same bursts (drift check)")
-    end = burst_calibration(raw, target, drafter, trace_prompts(prompts), s, out, "calibration-end")
+    end = burst_calibration(raw, target, drafter, burst_prompts, s, out, "calibration-end")
     drift = {
         "pass_factor_start": cal.pass_factor,
         "pass_factor_end": end.pass_factor,
@@ -409,6 +412,7 @@ def _one_run(
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
     check = step_model_check(run, Path(spec.profile), Path(spec.draft_cost))
+    totals = run_totals(run, check["all_predicted_s"])
     info = {
         "start_utc": start_utc,
         "wall_s": wall,
@@ -423,7 +427,9 @@ def _one_run(
         "step_real_s": check["all_real_s"],
         "step_predicted_s": check["all_predicted_s"],
         "model_s": run.backend.model_s,
-        "overhead_charged_s": cal.charged_s(run_totals(run, check["all_predicted_s"])),
+        "overhead_charged_s": cal.overhead_s(
+            totals["seqs"], totals["verify_tokens"], totals["steps"]
+        ),
         "steps": check["all_steps"],
         "tau_real": measured["real"]["accepted_length_mean"],
         "tau_sim": measured["trace"]["accepted_length_mean"],

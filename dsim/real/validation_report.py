@@ -174,8 +174,8 @@ def attribution(parts: pd.DataFrame) -> pd.DataFrame:
 FIXES = {
     "passes": "re-measure the profile through real mode's own step, closer in time to the "
     "runs, or model what it misses (sequences, context)",
-    "engine_overhead": "charge the engine's and backend's own time per step as it varies "
-    "(a per-sequence term besides the calibration's constant per step)",
+    "engine_overhead": "fit the engine's own time per step on bursts closer to the runs' batch "
+    "sizes, or per step rather than per run (the calibration's a + b R + c V)",
     "acceptance": "replay acceptance from more trace rows (the trace half is small) or "
     "condition it on the prompt",
     "queueing": "more requests per run and repeats (queueing at small n is noisy), or fix the "

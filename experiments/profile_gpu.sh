@@ -3,8 +3,10 @@
 # one-layer drafter stand-in, and plot both. The one short GPU job (budget: about 5 minutes on
 # one H200). Run from the repo root:
 #   bash experiments/profile_gpu.sh            # python with CUDA torch: $PY (default python3)
-# Writes profiles/h200-qwen3-8b.{csv,json,png} and profiles/h200-qwen3-8b-drafter.{csv,json,png};
-# copies them, the environment (gpu-env.txt) and the log to $OUT too when that is set.
+#   TIMER=kernels NAME=profiles/h200-qwen3-8b-kernels bash experiments/profile_gpu.sh
+# Writes $NAME.{csv,json,png} and $NAME-drafter.{csv,json,png} (NAME: profiles/h200-qwen3-8b);
+# copies them, the environment ($NAME-env.txt) and the log ($NAME.log) to $OUT when that is set.
+# TIMER: events (CUDA events, elapsed time; default) or kernels (summed kernel durations).
 # --seqs stops at 64 so the KV cache fits: 64 seqs x 8192 ctx x 144 KiB/token = 77 GB (+16 GB of
 # weights); points that still run out of memory are skipped and listed in the sidecar.
 # The comparison with the calibrated estimate is experiments/gpu_profile/compare.py (run here,
@@ -12,9 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-NAME=profiles/h200-qwen3-8b
+NAME=${NAME:-profiles/h200-qwen3-8b}
+TIMER=${TIMER:-events}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-LOG=${OUT:-/tmp}/profile_gpu.log
+LOG=${OUT:-/tmp}/$(basename "$NAME").log
+ENV_TXT=${OUT:-/tmp}/$(basename "$NAME")-env.txt
 
 "$PY" - <<'PY' 2>&1 | tee "${OUT:-/tmp}/gpu-env.txt"
 import importlib, platform, sys
@@ -31,10 +35,11 @@ print("device", torch.cuda.get_device_name(0), "memory GiB",
       round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1))
 PY
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit \
-  --format=csv >>"${OUT:-/tmp}/gpu-env.txt" 2>&1 || true
+  --format=csv >>"$ENV_TXT" 2>&1 || true
 
 DSIM=("$PY" -c 'from dsim.cli import main; main()')
-GRID=(--seqs 1,4,16,64 --tokens-per-seq 1,2,4,8,16 --contexts 512,2048,8192 --repeats 7 --warmup 2)
+GRID=(--seqs 1,4,16,64 --tokens-per-seq 1,2,4,8,16 --contexts 512,2048,8192 --repeats 7 --warmup 2
+      --timer "$TIMER")
 
 {
   time timeout 300 "${DSIM[@]}" profile --model qwen3-8b --device cuda --dtype bfloat16 \

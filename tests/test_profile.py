@@ -15,6 +15,7 @@ from dsim.hardware import zoo
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
 from dsim.hardware.measure import (
     CudaEventTimer,
+    CudaKernelTimer,
     Grid,
     build_model,
     cpu_timer,
@@ -109,6 +110,7 @@ def test_unknown_model_lists_known_ones(monkeypatch, capsys, tmp_path):
         (["--tokens-per-seq", "two"], "--tokens-per-seq: 'two' is not a positive integer"),
         (["--dtype", "float16"], "--device cpu measures float32"),
         (["--timer", "gpu"], "--timer must be wall or cpu"),
+        (["--device", "cuda", "--timer", "wall"], "--timer must be events or kernels on cuda"),
         (["--timer", "cpu", "--threads", "2"], "--timer cpu times one thread"),
         (["--device", "tpu"], "--device must be cpu or cuda"),
         ([], "--out PATH is required"),
@@ -228,6 +230,37 @@ def test_gpu_timer_path_with_fake_device(tiny_json):
     assert df["phase"].tolist() == ["verify", "verify", "prefill"]
     for col in ("latency_ms", "latency_ms_p10", "latency_ms_p90"):
         np.testing.assert_allclose(df[col], 7.0)
+
+
+def test_kernel_timer_sums_only_the_steps_kernels():
+    """Kernel time is the sum of the CUDA events' own durations (us -> s): CPU-side events and
+    the launch gaps between kernels are not counted, and the step's kernels are awaited inside
+    the profiled region."""
+    cuda, ran = FakeCuda(), []
+
+    class Event:
+        def __init__(self, device_type: str, us: float) -> None:
+            self.device_type, self.self_device_time_total = device_type, us
+
+    class Profiler:
+        class ProfilerActivity:
+            CUDA = "cuda-activity"
+
+        def profile(self, activities: list[str]) -> Profiler:
+            assert activities == ["cuda-activity"]
+            return self
+
+        def __enter__(self) -> Profiler:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            assert cuda.syncs == 2, "the profile closed before the step's kernels finished"
+
+        def events(self) -> list[Event]:
+            return [Event("cuda", 1500.0), Event("cpu", 9e6), Event("cuda", 500.0)]
+
+    timer = CudaKernelTimer(cuda, Profiler(), "cuda")
+    assert timer(lambda: ran.append(1)) == pytest.approx(2e-3) and ran == [1]
 
 
 def test_tiny_gpu_path_profile_writes_csv_and_sidecar(tmp_path, tiny_json):

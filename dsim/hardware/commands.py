@@ -74,9 +74,10 @@ def profile(
     warmup: int = typer.Option(2, help="Untimed steps per point before timing."),
     threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
     timer: str = typer.Option(
-        "wall",
-        help="--device cpu: wall (wall time) or cpu (the thread's CPU time, 1 thread: for a "
-        "machine shared with other load).",
+        None,
+        help="--device cpu: wall (wall time, default) or cpu (the thread's CPU time, 1 thread: "
+        "for a machine shared with other load); --device cuda: events (elapsed time, default) "
+        "or kernels (the kernels' summed durations: GPU work with launch gaps hidden).",
     ),
     roofline: str = typer.Option(
         None,
@@ -130,11 +131,12 @@ def profile(
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
         from dsim.real.profile import profile_cpu
 
-        df = profile_cpu(model, grid, out, **options, timer=timer, command=command)
+        df = profile_cpu(model, grid, out, **options, timer=timer or "wall", command=command)
     else:
         from dsim.hardware.measure import profile_model
 
-        df = profile_model(model, grid, out, device=device, dtype=dtype, **options, command=command)
+        gpu = dict(device=device, dtype=dtype, timer=timer or "events")
+        df = profile_model(model, grid, out, **gpu, **options, command=command)
     typer.echo(f"wrote {out} ({len(df)} measured points)")
 
 

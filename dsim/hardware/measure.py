@@ -76,6 +76,44 @@ class CudaEventTimer:
         return start.elapsed_time(end) / 1e3
 
 
+class CudaKernelTimer:
+    """GPU busy time of a step: the sum of its kernels' durations (torch.profiler), without the
+    host's launch gaps between them. An eager step on a fast GPU is often launch-bound, so its
+    event time measures Python; kernel time is what the step costs once launches are hidden
+    (CUDA graphs), the quantity a GPU-only estimate predicts.
+
+    `cuda` is `torch.cuda`, `profiler` is `torch.profiler` and `device_type` the CUDA member of
+    `torch.autograd.DeviceType` (injectable so the path is testable without a GPU).
+    """
+
+    def __init__(self, cuda: Any, profiler: Any, device_type: Any) -> None:
+        self.cuda, self.profiler, self.device_type = cuda, profiler, device_type
+
+    def __call__(self, step: Callable[[], None]) -> float:
+        self.cuda.synchronize()
+        with self.profiler.profile(activities=[self.profiler.ProfilerActivity.CUDA]) as prof:
+            step()
+            self.cuda.synchronize()
+        kernels = (e for e in prof.events() if e.device_type == self.device_type)
+        return sum(e.self_device_time_total for e in kernels) / 1e6  # microseconds
+
+
+TIMER_NOTES = {
+    "events": "cuda events (elapsed time, host launch gaps included)",
+    "kernels": "kernels (torch.profiler: sum of the step's kernel durations, launch gaps excluded)",
+}
+GPU_TIMERS = tuple(TIMER_NOTES)
+
+
+def gpu_timer(name: str) -> StepTimer:
+    """The CUDA step timer called `name` (events: elapsed time; kernels: GPU busy time)."""
+    import torch
+
+    if name == "events":
+        return CudaEventTimer(torch.cuda)
+    return CudaKernelTimer(torch.cuda, torch.profiler, torch.autograd.DeviceType.CUDA)
+
+
 def time_point(
     step: Callable[[], None],
     reset: Callable[[], None],
@@ -317,6 +355,7 @@ def profile_model(
     warmup: int = 2,
     threads: int | None = None,
     drafter: bool = False,
+    timer: str = "events",
     command: str = "",
     progress: bool = True,
 ) -> pd.DataFrame:
@@ -325,10 +364,12 @@ def profile_model(
     import transformers
 
     check_run(repeats, warmup, threads)
+    if timer not in GPU_TIMERS:
+        raise InputError(None, None, f"--timer must be events or kernels on cuda, got {timer!r}")
     config = profiled_config(model, drafter)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    timer = CudaEventTimer(torch.cuda) if dev.type == "cuda" else cpu_timer
+    step_timer = gpu_timer(timer) if dev.type == "cuda" else cpu_timer
     load_before = os.getloadavg()
     started = time.perf_counter()
     net = build_model(config, dev, torch_dtype)
@@ -339,7 +380,7 @@ def profile_model(
             grid,
             repeats=repeats,
             warmup=warmup,
-            timer=timer,
+            timer=step_timer,
             on_point=bar.advance,
         )
     if df.empty:
@@ -363,7 +404,7 @@ def profile_model(
         "threads": torch.get_num_threads(),
         "repeats": repeats,
         "warmup": warmup,
-        "timer": "cuda events" if dev.type == "cuda" else "perf_counter",
+        "timer": TIMER_NOTES[timer] if dev.type == "cuda" else "perf_counter",
         "grid": grid.describe(),
         "skipped_out_of_memory": skipped,
         "load_average_before": load_before,

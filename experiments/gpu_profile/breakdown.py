@@ -1,6 +1,6 @@
 """Where an eager transformers step spends its GPU time: per-kernel totals at a few points.
 
-Run 2 found the eager forward's kernels 1.7-17x the GPU-only estimate; this attributes that
+Run 2 found the eager forward's kernels 1.3-19x the GPU-only estimate; this attributes that
 gap (attention, GEMMs, elementwise, cache copies). Same model and cache as `dsim profile
 --device cuda`. Run on the GPU machine:
     python experiments/gpu_profile/breakdown.py --out breakdown.json

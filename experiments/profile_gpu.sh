@@ -20,7 +20,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUF
 LOG=${OUT:-/tmp}/$(basename "$NAME").log
 ENV_TXT=${OUT:-/tmp}/$(basename "$NAME")-env.txt
 
-"$PY" - <<'PY' 2>&1 | tee "${OUT:-/tmp}/gpu-env.txt"
+"$PY" - <<'PY' 2>&1 | tee "$ENV_TXT"
 import importlib, platform, sys
 missing = [m for m in ("torch", "transformers", "typer", "rich", "pandas", "matplotlib", "simpy")
            if importlib.util.find_spec(m) is None]

@@ -35,29 +35,28 @@ LEVEL_TARGET = 0.20  # the README's GPU-work target (median |error|)
 DEFAULT_DRAFT_RATIO = 0.1  # dsim run's --draft-cost default
 
 
+def _model(points: pd.DataFrame) -> tuple:
+    """The estimate's inputs for Qwen3-8B bf16 on one H200 at each row of `points`."""
+    spec, arch = get_gpu("h200"), zoo.load_arch("qwen3-8b")
+    cal = gpu_fit.calibration(spec)
+    args = [points[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len")]
+    pre = (points["phase"] == "prefill").to_numpy()
+    common = (arch, Parallel(tp=1, ep=1, dtype="bf16"), spec, cal.kernels, cal.allreduce)
+    return cal, common, (*args, pre)
+
+
 def estimate(points: pd.DataFrame, overhead_scale: float) -> np.ndarray:
-    """Estimated step latency (ms) of Qwen3-8B bf16 on one H200 at each measured point."""
-    spec, arch = get_gpu("h200"), zoo.load_arch("qwen3-8b")
-    cal = gpu_fit.calibration(spec)
-    overhead = StepOverhead(
-        cal.overhead.per_layer_s * overhead_scale, cal.overhead.per_seq_s * overhead_scale
-    )
-    args = [points[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len")]
-    pre = (points["phase"] == "prefill").to_numpy()
-    par = Parallel(tp=1, ep=1, dtype="bf16")
-    seconds = step_time(arch, par, spec, cal.kernels, cal.allreduce, overhead, *args, pre)
-    return seconds * 1e3
+    """Estimated step latency (ms) at each measured point, overhead scaled as --overhead-scale."""
+    cal, common, args = _model(points)
+    scale = overhead_scale
+    overhead = StepOverhead(cal.overhead.per_layer_s * scale, cal.overhead.per_seq_s * scale)
+    return step_time(*common, overhead, *args) * 1e3
 
 
-def attention_share(points: pd.DataFrame) -> np.ndarray:
-    """The estimate's attention time over its GPU work at each point (for attribution)."""
-    spec, arch = get_gpu("h200"), zoo.load_arch("qwen3-8b")
-    cal = gpu_fit.calibration(spec)
-    args = [points[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len")]
-    pre = (points["phase"] == "prefill").to_numpy()
-    par = Parallel(tp=1, ep=1, dtype="bf16")
-    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, *args, pre)
-    return parts["attention"] / sum(parts.values())
+def parts_ms(points: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The estimate's GPU work by component (ms) at each point (for attribution)."""
+    _, common, args = _model(points)
+    return {k: v * 1e3 for k, v in step_parts(*common, *args).items()}
 
 
 def errors(est: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -154,34 +153,23 @@ def breakdown(path: Path) -> pd.DataFrame:
         for name, ms in point["kernels_ms"].items():
             classes[kernel_class(name)] += ms
         one = pd.DataFrame(
-            {
-                "phase": [phase],
-                "batch_tokens": [r * q],
-                "num_seqs": [r],
-                "context_len": [ctx],
-            }  # fmt: skip
+            {"phase": [phase], "batch_tokens": [r * q], "num_seqs": [r], "context_len": [ctx]}
         )
-        spec, arch = get_gpu("h200"), zoo.load_arch("qwen3-8b")
-        cal = gpu_fit.calibration(spec)
-        args = [one[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len")]
-        parts = step_parts(
-            arch, Parallel(tp=1, ep=1, dtype="bf16"), spec, cal.kernels, cal.allreduce, *args,
-            (one["phase"] == "prefill").to_numpy(),
-        )  # fmt: skip
+        parts = {k: float(v[0]) for k, v in parts_ms(one).items()}
         rows.append({
             "point": label, "measured_total": point["total_ms"], **classes,
-            "est_gemm": 1e3 * float(parts["linear"][0] + parts["lm_head"][0]),
-            "est_attention": 1e3 * float(parts["attention"][0]),
-            "est_elementwise": 1e3 * float(parts["elementwise"][0]),
+            "est_gemm": parts["linear"] + parts["lm_head"],
+            "est_attention": parts["attention"],
+            "est_elementwise": parts["elementwise"],
         })  # fmt: skip
     return pd.DataFrame(rows)
 
 
 def load(name: str) -> pd.DataFrame:
     df = read_profile(ROOT / name)[[*KEY, "latency_ms", "latency_ms_p10", "latency_ms_p90"]]
-    return df.assign(
-        est_full=estimate(df, 1.0), est_gpu=estimate(df, 0.0), attention=attention_share(df)
-    )
+    parts = parts_ms(df)
+    share = parts["attention"] / sum(parts.values())
+    return df.assign(est_full=estimate(df, 1.0), est_gpu=estimate(df, 0.0), attention=share)
 
 
 def pct(x: float) -> str:

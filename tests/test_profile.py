@@ -26,7 +26,7 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.hardware.show import curves, knee
-from dsim.real.profile import profile_cpu
+from dsim.real.profile import profile_cpu, round_robin
 
 TINY = {
     "model_type": "llama",
@@ -230,6 +230,27 @@ def test_gpu_timer_path_with_fake_device(tiny_json):
     assert df["phase"].tolist() == ["verify", "verify", "prefill"]
     for col in ("latency_ms", "latency_ms_p10", "latency_ms_p90"):
         np.testing.assert_allclose(df[col], 7.0)
+
+
+def test_round_robin_times_one_repeat_of_every_point_per_round():
+    """Warm-ups first and untimed; then each round times every point once, each run right
+    after its own setup (points share the pool's slots); rows are points, columns repeats."""
+    events: list[str] = []
+
+    def point(name: str) -> tuple:
+        return (lambda: events.append(f"setup {name}"), lambda: events.append(f"run {name}"))
+
+    def timer(step):
+        events.append("timed")
+        step()
+        return float(len(events))
+
+    rounds = []
+    times = round_robin([point("a"), point("b")], 2, 1, timer, lambda: rounds.append(1))
+    assert events[:4] == ["setup a", "run a", "setup b", "run b"]
+    assert events[4:] == ["setup a", "timed", "run a", "setup b", "timed", "run b"] * 2
+    assert times.shape == (2, 2) and rounds == [1, 1]
+    assert times[0, 0] < times[1, 0] < times[0, 1] < times[1, 1]  # interleaved, not point-wise
 
 
 def test_kernel_timer_sums_only_the_steps_kernels():

@@ -41,7 +41,6 @@ from dsim.hardware.measure import (
     cpu_timer,
     device_name,
     profiled_config,
-    time_point,
 )
 from dsim.real.ragged import RaggedTarget
 
@@ -76,29 +75,56 @@ class PassClock:
         for rid in range(slots):  # lowest free slots, in order: rid == slot
             self.passes.store.open(rid, capacity)
 
-    def step(self, parts: list[Part]) -> Callable[[], None]:
-        """The pass for `parts` (request ids 0.. in part order), ready to call repeatedly:
-        `forward` writes KV past each request's length without committing, so repeats see the
-        same cache and need no reset."""
-        rids, blocks, keep, at = [], [], [], 0
+    def step(self, parts: list[Part]) -> tuple[Callable[[], None], Callable[[], None]]:
+        """`(setup, run)` for `parts` (request ids 0.. in part order): `setup` puts each
+        request's cached length in place (every point shares the pool's slots), `run` is the
+        pass. `forward` writes KV past each request's length without committing, so repeats
+        see the same cache and need no reset."""
+        rids, cached_lens, blocks, keep, at = [], [], [], [], 0
         for seqs, q, cached, prefill in parts:
             for _ in range(seqs):
-                rid = len(rids)
-                self.passes.store.lengths[rid] = cached
-                rids.append(rid)
+                rids.append(len(rids))
+                cached_lens.append(cached)
                 blocks.append(torch.randint(self.vocab, (q,), generator=self.gen).tolist())
                 keep.extend([at + q - 1] if prefill else range(at, at + q))
                 at += q
         index = torch.tensor(keep)
+        lengths = self.passes.store.lengths
+
+        def setup() -> None:
+            for rid, n in zip(rids, cached_lens, strict=True):
+                lengths[rid] = n
 
         def run() -> None:
             states = self.passes.forward(rids, blocks)
             self.passes.probs(states[index])
 
-        return run
+        return setup, run
 
-    def time(self, parts: list[Part], repeats: int, warmup: int, timer: StepTimer) -> np.ndarray:
-        return time_point(self.step(parts), lambda: None, timer, repeats, warmup)
+
+def round_robin(
+    steps: list[tuple[Callable[[], None], Callable[[], None]]],
+    repeats: int,
+    warmup: int,
+    timer: StepTimer,
+    on_round: Callable[[], None] = lambda: None,
+) -> np.ndarray:
+    """Seconds, shape (points, repeats): every point's untimed warm-up, then the timed repeats
+    in rounds, one repeat of every point per round. On a shared machine a slow minute then
+    costs every point one repeat, instead of all the repeats of the few points timed in it: the
+    profile's shape across points, which the policies compare, stays smooth (timed point by
+    point, two validation profiles differed by up to 30% at single points)."""
+    for setup, run in steps:
+        for _ in range(warmup):
+            setup()
+            run()
+    times = np.empty((len(steps), repeats))
+    for i in range(repeats):
+        for j, (setup, run) in enumerate(steps):
+            setup()
+            times[j, i] = timer(run)
+        on_round()
+    return times
 
 
 def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
@@ -120,37 +146,43 @@ def measure_cpu_profile(
     repeats: int = 5,
     warmup: int = 2,
     timer: StepTimer = cpu_timer,
-    on_point: Callable[[], None] = lambda: None,
+    on_round: Callable[[], None] = lambda: None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`."""
+    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`,
+    timed in rounds over all of them (`round_robin`)."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
     clock = PassClock(target, slots, max(grid.contexts) + max(grid.tokens_per_seq))
-    rows = []
-    for ctx, b, r in grid.points():
-        rows.append(
-            _row(clock.time([(r, b // r, ctx, False)], repeats, warmup, timer), "verify", b, r, ctx)
-        )
-        on_point()
-    for ctx, p, r in grid.prefill_points():
-        part = (r, p // r, ctx - p // r, True)
-        rows.append(_row(clock.time([part], repeats, warmup, timer), "prefill", p, r, ctx))
-        on_point()
-    mixed = []
-    for (r, q), (rp, chunk), ctx in grid.mixed_points():
-        parts = [(r, q, ctx, False), (rp, chunk, ctx - chunk, True)]
-        times = clock.time(parts, repeats, warmup, timer)
-        mixed.append(
-            {
-                "verify_tokens": r * q,
-                "num_seqs": r,
-                "context_len": ctx,
-                "prefill_tokens": rp * chunk,
-                "prefill_seqs": rp,
-                "prefill_context": ctx,
-                "latency_ms": float(np.median(times) * 1e3),
-            }
-        )
-        on_point()
+    verify = [("verify", b, r, ctx, [(r, b // r, ctx, False)]) for ctx, b, r in grid.points()]
+    prefill = [
+        ("prefill", p, r, ctx, [(r, p // r, ctx - p // r, True)])
+        for ctx, p, r in grid.prefill_points()
+    ]
+    mixed_points = grid.mixed_points()
+    mixed_parts = [
+        [(r, q, ctx, False), (rp, chunk, ctx - chunk, True)]
+        for (r, q), (rp, chunk), ctx in mixed_points
+    ]
+    steps = [clock.step(parts) for *_, parts in verify + prefill] + [
+        clock.step(parts) for parts in mixed_parts
+    ]
+    times = round_robin(steps, repeats, warmup, timer, on_round)
+    single = verify + prefill
+    rows = [
+        _row(t, phase, tokens, seqs, ctx)
+        for (phase, tokens, seqs, ctx, _), t in zip(single, times[: len(single)], strict=True)
+    ]
+    mixed = [
+        {
+            "verify_tokens": r * q,
+            "num_seqs": r,
+            "context_len": ctx,
+            "prefill_tokens": rp * chunk,
+            "prefill_seqs": rp,
+            "prefill_context": ctx,
+            "latency_ms": float(np.median(t) * 1e3),
+        }
+        for ((r, q), (rp, chunk), ctx), t in zip(mixed_points, times[len(rows) :], strict=True)
+    ]
     return pd.DataFrame(rows), mixed
 
 
@@ -250,11 +282,10 @@ def write_cpu_profile(
         raise InputError(None, None, f"--timer must be wall or cpu, got {timer!r}")
     meta = {"load_average_before": os.getloadavg(), **(meta or {})}
     started = time.perf_counter()
-    total = len(grid.points()) + len(grid.prefill_points()) + len(grid.mixed_points())
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"profiling {label}", total=total)
+        task = bar.add_task(f"profiling {label} (rounds over all points)", total=repeats)
         df, mixed = measure_cpu_profile(
-            target, grid, repeats, warmup, CPU_TIMERS[timer], on_point=lambda: bar.advance(task)
+            target, grid, repeats, warmup, CPU_TIMERS[timer], on_round=lambda: bar.advance(task)
         )
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
@@ -263,7 +294,8 @@ def write_cpu_profile(
         "estimate": False,
         "method": "measured: real mode's target pass (dsim.real.ragged.RaggedTarget.forward "
         "over ragged blocks with a KV pool, then the LM head and softmax at every verify "
-        "position and the last prefill position), rejection sampling not timed",
+        "position and the last prefill position), rejection sampling not timed; the timed "
+        "repeats in rounds over all points (round_robin)",
         "model": label,
         "model_config": zoo.describe(target.model.config),
         "device": device,

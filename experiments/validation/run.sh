@@ -24,10 +24,11 @@ quiet() {
 # mode's own pass) into OUT, then calibrates them to the engine (bursts of 2 and 8 requests per
 # policy on the trace half's prompts: pass factor and overhead per step a + b R + c V), and
 # simulates real mode's mixed steps as two passes; it re-serves the bursts at the end and
-# reports the machine's drift. v2-v8 are the earlier reports (v5: no engine calibration; v6:
-# one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check).
+# reports the machine's drift. v2-v10 are the earlier reports (v5: no engine calibration; v6:
+# one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
+# profile timed point by point; v10: v9 with --requests 30).
 quiet
-$DSIM validate --out experiments/validation/v9
+$DSIM validate --out experiments/validation/v11
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

@@ -162,11 +162,9 @@ def measure_cpu_profile(
         [(r, q, ctx, False), (rp, chunk, ctx - chunk, True)]
         for (r, q), (rp, chunk), ctx in mixed_points
     ]
-    steps = [clock.step(parts) for *_, parts in verify + prefill] + [
-        clock.step(parts) for parts in mixed_parts
-    ]
-    times = round_robin(steps, repeats, warmup, timer, on_round)
     single = verify + prefill
+    steps = [clock.step(parts) for *_, parts in single] + [clock.step(p) for p in mixed_parts]
+    times = round_robin(steps, repeats, warmup, timer, on_round)
     rows = [
         _row(t, phase, tokens, seqs, ctx)
         for (phase, tokens, seqs, ctx, _), t in zip(single, times[: len(single)], strict=True)

@@ -115,6 +115,15 @@ def test_profile_contexts_reach_the_longest_served_request(longest, given, conte
     assert max(grid.contexts) >= longest or given
 
 
+def test_profile_grid_measures_where_the_runs_live():
+    """R = 2 and q = 5 are measured points (the runs' R ~ 1-3, fixed:4's 5 tokens a sequence),
+    not interpolated; R stays capped by --max-seqs."""
+    grid = Settings().profile_grid(300)
+    assert 2 in grid.seqs and 5 in grid.tokens_per_seq
+    assert (512, 10, 2) in grid.points()
+    assert max(Settings(max_seqs=3).profile_grid(300).seqs) == 3
+
+
 @pytest.mark.parametrize(("served", "n"), [(36, 12), (3, 4), (5, 2)])
 def test_repeats_walk_through_the_served_prompts(served, n):
     """Repeat k asks served prompt (k n + i) mod P for request i, so consecutive repeats serve

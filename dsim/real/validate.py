@@ -123,11 +123,14 @@ class Settings:
         """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence, and
         contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus the
         output cap, rounded up to 128) when that is longer: the step model then interpolates
-        over every context the runs reach instead of extrapolating past 512."""
-        seqs = tuple(sorted({r for r in (1, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
+        over every context the runs reach instead of extrapolating past 512. R = 2 and q = 5
+        are measured because the runs live there (R ~ 1-3; fixed:4 verifies 5 per sequence)
+        and the CPU pass is not monotone there (probe_r2.py: 2 x 5 tokens cost more than
+        2 x 8), which no interpolation from R = 1, 4 and q = 4, 8 can see."""
+        seqs = tuple(sorted({r for r in (1, 2, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
         top = -(-longest // 128) * 128
         contexts = self.profile_contexts or ((128, 256, 512) if top <= 512 else (128, 512, top))
-        return Grid(seqs, (1, 2, 4, 8), contexts, (1, 4), (32, 128))
+        return Grid(seqs, (1, 2, 4, 5, 8), contexts, (1, 4), (32, 128))
 
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:

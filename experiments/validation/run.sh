@@ -26,9 +26,10 @@ quiet() {
 # simulates real mode's mixed steps as two passes; it re-serves the bursts at the end and
 # reports the machine's drift. v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
-# profile timed point by point; v10: v9 with --requests 30).
+# profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
+# profile).
 quiet
-$DSIM validate --out experiments/validation/v11
+$DSIM validate --out experiments/validation/v12
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

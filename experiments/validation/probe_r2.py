@@ -3,10 +3,13 @@
 q = 1, 2, 4, 8 only. Timed as the profile times (round_robin: 2 warm-ups, 7 rounds, 1 thread,
 wall clock); run on a quiet machine.
 Usage: .venv/bin/python experiments/validation/probe_r2.py > experiments/validation/probe_r2.txt
+Other seqs and profile: probe_r2.py --seqs 1,2,3,4 --profile experiments/validation/v12/profile.csv
+(probe_r3.txt: the same probe with R = 3, against v12's model, which measured R = 2 and q = 5).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 from pathlib import Path
@@ -19,19 +22,24 @@ from dsim.hardware.measure import cpu_timer
 from dsim.real.profile import PassClock, random_target, round_robin
 
 PROFILE = Path(__file__).resolve().parent / "v11" / "profile.csv"
-POINTS = [(r, q) for r in (1, 2, 4) for q in (2, 4, 5, 6, 8)]
 CONTEXT = 512
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seqs", default="1,2,4")
+    ap.add_argument("--profile", type=Path, default=PROFILE)
+    args = ap.parse_args()
+    points = [(int(r), q) for r in args.seqs.split(",") for q in (2, 4, 5, 6, 8)]
     torch.set_num_threads(1)
     print(f"# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()}")
-    clock = PassClock(random_target("smollm2-135m"), max(r for r, _ in POINTS), 1100)
-    steps = [clock.step([(r, q, CONTEXT, False)]) for r, q in POINTS]
+    clock = PassClock(random_target("smollm2-135m"), max(r for r, _ in points), 1100)
+    steps = [clock.step([(r, q, CONTEXT, False)]) for r, q in points]
     times = round_robin(steps, 7, 2, cpu_timer)
-    model = LatencyModel.from_csv(PROFILE)
-    print("R q B measured_ms v11_model_ms model/measured-1")
-    for (r, q), t in zip(POINTS, times, strict=True):
+    model = LatencyModel.from_csv(args.profile)
+    print(f"# model: {args.profile}")
+    print("R q B measured_ms model_ms model/measured-1")
+    for (r, q), t in zip(points, times, strict=True):
         measured = float(np.median(t)) * 1e3
         predicted = float(model.latency(r * q, r, CONTEXT)) * 1e3
         error = predicted / measured - 1

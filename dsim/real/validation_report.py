@@ -207,15 +207,16 @@ def report_markdown(
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     change, tol = drift["change"], drift["tolerance"]
     verdict = (
-        "within"
+        f"within the {tol:.0%} tolerance"
         if abs(change) <= tol
-        else "**beyond**; this run's wall-clock comparison is not evidence either way"
+        else f"**beyond** the {tol:.0%} tolerance: this run's wall-clock comparison is not "
+        "evidence either way"
     )
     lines += [
         "",
         f"Machine drift: the same bursts re-served after the last run took {_pct(change)} "
         f"time in the model passes (pass factor {drift['pass_factor_start']:.4f} at the start, "
-        f"{drift['pass_factor_end']:.4f} at the end): {verdict} the {tol:.0%} tolerance.",
+        f"{drift['pass_factor_end']:.4f} at the end): {verdict}.",
     ]
     lines += ["", "## Loads (rate rule: simulated mtp1 busy fraction, bisection on the rate)", ""]
     rows = []

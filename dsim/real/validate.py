@@ -120,7 +120,7 @@ class Settings:
                 raise InputError(path, None, f"{what} not found")
 
     def profile_grid(self, longest: int) -> Grid:
-        """The on-machine profile's grid: R up to --max-seqs, 1..8 tokens per sequence, and
+        """The on-machine profile's grid: R up to --max-seqs, q = 1, 2, 4, 5, 8 tokens each, and
         contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus the
         output cap, rounded up to 128) when that is longer: the step model then interpolates
         over every context the runs reach instead of extrapolating past 512. R = 2 and q = 5

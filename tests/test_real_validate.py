@@ -110,18 +110,26 @@ def test_choose_rate_inverts_a_known_busy_curve():
 def test_profile_contexts_reach_the_longest_served_request(longest, given, contexts):
     """The on-machine profile spans every context the runs reach (the model interpolates, never
     extrapolates past its last context), unless contexts are given."""
-    grid = Settings(profile_contexts=given).profile_grid(longest)
+    grid = Settings(profile_contexts=given).profile_grid(longest, 8)
     assert tuple(grid.contexts) == contexts
     assert max(grid.contexts) >= longest or given
 
 
 def test_profile_grid_measures_where_the_runs_live():
-    """R = 2 and q = 5 are measured points (the runs' R ~ 1-3, fixed:4's 5 tokens a sequence),
-    not interpolated; R stays capped by --max-seqs."""
-    grid = Settings().profile_grid(300)
-    assert 2 in grid.seqs and 5 in grid.tokens_per_seq
-    assert (512, 10, 2) in grid.points()
-    assert max(Settings(max_seqs=3).profile_grid(300).seqs) == 3
+    """Every (R, q) cell with R <= 4 and q up to the verify block is a measured point (the
+    runs' R ~ 1-3; the CPU pass is not monotone in B there), once each, after the cross
+    product; R stays capped by --max-seqs."""
+    grid = Settings().profile_grid(300, 8)
+    cells = {(b // r, r) for c, b, r in grid.points() if c == 512}
+    assert {(q, r) for r in range(1, 5) for q in range(1, 9)} <= cells
+    assert (8, 16) in cells and (3, 16) not in cells  # R = 16 only at the cross product's q
+    points = grid.points()
+    assert len(points) == len(set(points)) == 3 * (4 * 5 + 4 * 8 - 3 * 5)  # cross + dense - shared
+    assert points[:5] == [(128, q, 1) for q in (1, 2, 4, 5, 8)]
+    small = Settings(max_seqs=3).profile_grid(300, 6)
+    assert max(r for *_, r in small.points()) == 3
+    assert max(b // r for _, b, r in small.points()) == 8  # the cross product's q = 8
+    assert max(q for _, q in small.cells) == 6
 
 
 @pytest.mark.parametrize(("served", "n"), [(36, 12), (3, 4), (5, 2)])

@@ -135,7 +135,8 @@ def time_point(
 @dataclass(frozen=True)
 class Grid:
     """Where to measure: every R in `seqs` times every q in `tokens_per_seq` (B = R*q, so R
-    varies independently of B) at every context; prefill rows of every R in `prefill_seqs`
+    varies independently of B), and the (R, q) cells of `cells` besides, at every context;
+    prefill rows of every R in `prefill_seqs`
     times every chunk in `prefill_chunks` ending at every context that holds the chunk; and a
     few mixed verify + prefill steps at the middle context (the composition check)."""
 
@@ -144,12 +145,14 @@ class Grid:
     contexts: tuple[int, ...]
     prefill_seqs: tuple[int, ...] = ()
     prefill_chunks: tuple[int, ...] = ()
+    cells: tuple[tuple[int, int], ...] = ()  # extra (R, q) verify cells
 
     def points(self) -> list[tuple[int, int, int]]:
-        """Verify points (context_len, batch_tokens, num_seqs) in measuring order."""
-        return [
-            (c, r * q, r) for c in self.contexts for r in self.seqs for q in self.tokens_per_seq
-        ]
+        """Verify points (context_len, batch_tokens, num_seqs) in measuring order: the cross
+        product, then the extra cells it does not hold."""
+        cross = [(r, q) for r in self.seqs for q in self.tokens_per_seq]
+        cells = cross + [c for c in dict.fromkeys(self.cells) if c not in cross]
+        return [(c, r * q, r) for c in self.contexts for r, q in cells]
 
     def prefill_points(self) -> list[tuple[int, int, int]]:
         """Prefill points (context_len at the end of the chunk, prefill tokens, sequences)."""
@@ -175,14 +178,14 @@ class Grid:
         verifies = [(r, q) for r in self.seqs if r > 1] or [(self.seqs[0], q)]
         return [(v, p, ctx) for v in verifies for p in prefills]
 
-    def describe(self) -> dict[str, tuple[int, ...]]:
+    def describe(self) -> dict[str, tuple]:
         return {
             "seqs": self.seqs,
             "tokens_per_seq": self.tokens_per_seq,
             "contexts": self.contexts,
             "prefill_seqs": self.prefill_seqs,
             "prefill_chunks": self.prefill_chunks,
-        }
+        } | ({"cells": self.cells} if self.cells else {})
 
 
 def resolve_device(device: str) -> Any:

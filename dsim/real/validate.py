@@ -77,6 +77,7 @@ DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
 CALIBRATION_BURSTS = (2, 8)  # requests per burst (arriving together), each policy
 BURST_RATE = 1e3  # requests/s: a burst
 ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
+DENSE_SEQS = 4  # the on-machine profile measures every (R, q) cell up to this R
 DRIFT_TOL = 0.10  # a machine whose passes sped up or slowed down more than this mid-run
 
 
@@ -119,18 +120,22 @@ class Settings:
             if path is not None and not Path(path).is_file():
                 raise InputError(path, None, f"{what} not found")
 
-    def profile_grid(self, longest: int) -> Grid:
-        """The on-machine profile's grid: R up to --max-seqs, q = 1, 2, 4, 5, 8 tokens each, and
-        contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus the
-        output cap, rounded up to 128) when that is longer: the step model then interpolates
-        over every context the runs reach instead of extrapolating past 512. R = 2 and q = 5
-        are measured because the runs live there (R ~ 1-3; fixed:4 verifies 5 per sequence)
-        and the CPU pass is not monotone there (probe_r2.py: 2 x 5 tokens cost more than
-        2 x 8), which no interpolation from R = 1, 4 and q = 4, 8 can see."""
+    def profile_grid(self, longest: int, block: int) -> Grid:
+        """The on-machine profile's grid: R up to --max-seqs at q = 1, 2, 4, 5, 8 tokens each,
+        and every cell R <= DENSE_SEQS, q <= `block` (gamma + 1, the longest verify block),
+        at contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus
+        the output cap, rounded up to 128) when that is longer: the step model then
+        interpolates over every context the runs reach instead of extrapolating past 512.
+        Every cell the runs live in (R ~ 1-3) is measured, not interpolated, because the CPU
+        pass is not monotone in B there (probe_r2.py, probe_r3.txt: 2 x 5, 2 x 6 and 3 x 5
+        tokens cost more than 2 x 8 and 3 x 6), which no interpolation between measured B
+        can see."""
         seqs = tuple(sorted({r for r in (1, 2, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
         top = -(-longest // 128) * 128
         contexts = self.profile_contexts or ((128, 256, 512) if top <= 512 else (128, 512, top))
-        return Grid(seqs, (1, 2, 4, 5, 8), contexts, (1, 4), (32, 128))
+        dense = range(1, min(DENSE_SEQS, self.max_seqs) + 1)
+        cells = tuple((r, q) for r in dense for q in range(1, block + 1))
+        return Grid(seqs, (1, 2, 4, 5, 8), contexts, (1, 4), (32, 128), cells)
 
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
@@ -262,7 +267,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     if profile is None:  # never clock a validation by another machine's profile
         profile = out / "profile.csv"
         log(f"profiling {s.target} on this machine ({profile})")
-        grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens)
+        grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens, drafter.gamma + 1)
         write_cpu_profile(target, s.target, grid, profile, progress=False)
     meta["profile"] = str(profile)
     raw = RunSpec(

@@ -117,19 +117,22 @@ def test_profile_contexts_reach_the_longest_served_request(longest, given, conte
 
 def test_profile_grid_measures_where_the_runs_live():
     """Every (R, q) cell with R <= 4 and q up to the verify block is a measured point (the
-    runs' R ~ 1-3; the CPU pass is not monotone in B there), once each, after the cross
-    product; R stays capped by --max-seqs."""
+    runs' R ~ 1-3; the CPU pass is not monotone in B there), and so is every B up to two
+    blocks, once each, after the cross product; R stays capped by --max-seqs."""
     grid = Settings().profile_grid(300, 8)
     cells = {(b // r, r) for c, b, r in grid.points() if c == 512}
     assert {(q, r) for r in range(1, 5) for q in range(1, 9)} <= cells
     assert (8, 16) in cells and (3, 16) not in cells  # R = 16 only at the cross product's q
     points = grid.points()
-    assert len(points) == len(set(points)) == 3 * (4 * 5 + 4 * 8 - 3 * 5)  # cross + dense - shared
+    assert len(points) == len(set(points)) == 3 * (4 * 5 + 4 * 8 - 3 * 5 + 2)  # + B 11, 13
+    assert {b for c, b, _ in points if c == 512} >= set(range(1, 17))
+    assert (512, 13, 1) in points and (512, 11, 1) in points
     assert points[:5] == [(128, q, 1) for q in (1, 2, 4, 5, 8)]
     small = Settings(max_seqs=3).profile_grid(300, 6)
     assert max(r for *_, r in small.points()) == 3
-    assert max(b // r for _, b, r in small.points()) == 8  # the cross product's q = 8
-    assert max(q for _, q in small.cells) == 6
+    assert {b for c, b, _ in small.points() if c == 512} >= set(range(1, 13))
+    assert max(b for _, b, r in small.points() if r == 1) == 11  # 11: no cell of R <= 3, q <= 6
+    assert max(q for r, q in small.cells if r > 1) == 6
 
 
 @pytest.mark.parametrize(("served", "n"), [(36, 12), (3, 4), (5, 2)])
@@ -321,6 +324,15 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     diagnostics = json.loads((out / "diagnostics.json").read_text())
     assert len(diagnostics["runs"]) == 2 * 2 * 2
     assert all(0 < r["real_busy"] <= 1 for r in diagnostics["runs"])
+    for r in diagnostics["runs"]:  # each real run's priced steps add up to its check
+        folder = out / "runs" / r["load"] / f"s{r['seed']}" / f"{r['policy']}-real"
+        steps = pd.read_csv(folder / "steps.csv")
+        assert len(steps) == r["step_model"]["all_steps"]
+        assert steps["predicted_s"].sum() == pytest.approx(
+            r["step_model"]["all_predicted_s"], rel=1e-5
+        )
+        assert steps["real_s"].sum() == pytest.approx(r["step_model"]["all_real_s"], rel=1e-5)
+        assert (steps["batch_tokens"] >= steps["num_running"]).all()
     report = (out / "report.md").read_text()
     assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
     assert sum(line.startswith("[") for line in lines) == 8  # a progress line per real run

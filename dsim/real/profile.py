@@ -151,7 +151,8 @@ def measure_cpu_profile(
     """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`,
     timed in rounds over all of them (`round_robin`)."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
-    clock = PassClock(target, slots, max(grid.contexts) + max(grid.tokens_per_seq))
+    longest = max(b // r for _, b, r in grid.points())  # the widest block, cells included
+    clock = PassClock(target, slots, max(grid.contexts) + longest)
     verify = [("verify", b, r, ctx, [(r, b // r, ctx, False)]) for ctx, b, r in grid.points()]
     prefill = [
         ("prefill", p, r, ctx, [(r, p // r, ctx - p // r, True)])

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
+
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
 from dsim.engine.clock import CLOCKS
@@ -116,7 +118,14 @@ def run_real(
     return RealRun(result, spec, texts, backend, outputs)
 
 
-def write_real_run(run: RealRun, out: str | Path) -> None:
-    """What `dsim run` writes, plus texts.jsonl (one generated text per request)."""
+def write_real_run(run: RealRun, out: str | Path, steps: pd.DataFrame | None = None) -> None:
+    """What `dsim run` writes, plus texts.jsonl (one generated text per request) and, when
+    given, steps.csv (`dsim validate`: every step priced by the step-time model)."""
     texts = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts)
-    write_run(run.result, run.spec, out, lambda folder: (folder / "texts.jsonl").write_text(texts))
+
+    def extra(folder: Path) -> None:
+        (folder / "texts.jsonl").write_text(texts)
+        if steps is not None:
+            steps.to_csv(folder / "steps.csv", index=False, float_format="%.6g")
+
+    write_run(run.result, run.spec, out, extra)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import nnls
 
 from dsim.engine.config import DraftCost, EngineConfig
@@ -72,11 +73,11 @@ class TimedBackend(RealBackend):
             self.model_s += time.perf_counter() - start
 
 
-def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[str, float]:
-    """The step-time model (target profile + drafter profile) on the real run's own batches:
-    predicted vs measured busy time, for decode-only steps and for steps with prefill work.
-    Context per sequence is approximated from the step's KV blocks (the log keeps no more),
-    and a step's prefill work is taken as one sequence's."""
+def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFrame:
+    """The real run's steps, each with the step-time model's price (target profile + drafter
+    profile) for its own batch: shape, context, real and predicted seconds. Context per
+    sequence is approximated from the step's KV blocks (the log keeps no more), and a step's
+    prefill work is taken as one sequence's."""
     latency = LatencyModel.from_csv(profile)
     draft = DraftCost(profile=LatencyModel.from_csv(draft_profile), kind="block")
     steps = run.result.steps
@@ -87,27 +88,43 @@ def step_model_check(run: RealRun, profile: Path, draft_profile: Path) -> dict[s
         / np.maximum(steps.num_running + prefilling, 1)
     )
     drafting, fused = parse_policy(run.spec.policy).drafts, run.spec.fused_prefill
-    predicted = np.array(
-        [
-            (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
-            + float(latency.step(int(b - p), int(r), c, int(p), int(k), c, fused))
-            for r, b, p, k, c in zip(
-                steps.num_running,
-                steps.batch_tokens,
-                steps.prefill_tokens,
-                prefilling,
-                ctx,
-                strict=True,
-            )
-        ]
+    predicted = [
+        (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
+        + float(latency.step(int(b - p), int(r), c, int(p), int(k), c, fused))
+        for r, b, p, k, c in zip(
+            steps.num_running,
+            steps.batch_tokens,
+            steps.prefill_tokens,
+            prefilling,
+            ctx,
+            strict=True,
+        )
+    ]
+    return pd.DataFrame(
+        {
+            "start_s": steps.start_s,
+            "num_running": steps.num_running,
+            "batch_tokens": steps.batch_tokens,
+            "prefill_tokens": steps.prefill_tokens,
+            "context_len": ctx,
+            "real_s": steps.latency_s,
+            "predicted_s": np.asarray(predicted, np.float64),
+        }
     )
+
+
+def step_model_check(priced: pd.DataFrame) -> dict[str, float]:
+    """Predicted vs measured busy time of `priced_steps`, for decode-only steps and for steps
+    with prefill work."""
     out = {}
+    prefill = priced["prefill_tokens"].to_numpy()
     for name, keep in (
-        ("decode", steps.prefill_tokens == 0),
-        ("with_prefill", steps.prefill_tokens > 0),
-        ("all", steps.prefill_tokens >= 0),
+        ("decode", prefill == 0),
+        ("with_prefill", prefill > 0),
+        ("all", prefill >= 0),
     ):
-        real, pred = float(steps.latency_s[keep].sum()), float(predicted[keep].sum())
+        real = float(priced["real_s"].to_numpy()[keep].sum())
+        pred = float(priced["predicted_s"].to_numpy()[keep].sum())
         out[f"{name}_steps"] = int(keep.sum())
         out[f"{name}_real_s"] = real
         out[f"{name}_predicted_s"] = pred
@@ -152,7 +169,10 @@ class EngineCalibration:
         """Fit on real runs (each served by a `TimedBackend`) against the raw profiles."""
         return cls.fit(
             [
-                run_totals(run, step_model_check(run, profile, draft_profile)["all_predicted_s"])
+                run_totals(
+                    run,
+                    step_model_check(priced_steps(run, profile, draft_profile))["all_predicted_s"],
+                )
                 for run in runs
             ]
         )

@@ -48,6 +48,7 @@ from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.real.step_check import (
     EngineCalibration,
     TimedBackend,
+    priced_steps,
     run_totals,
     step_model_check,
 )
@@ -122,19 +123,24 @@ class Settings:
 
     def profile_grid(self, longest: int, block: int) -> Grid:
         """The on-machine profile's grid: R up to --max-seqs at q = 1, 2, 4, 5, 8 tokens each,
-        and every cell R <= DENSE_SEQS, q <= `block` (gamma + 1, the longest verify block),
-        at contexts 128, 256, 512, or 128, 512 and `longest` (the longest served prompt plus
-        the output cap, rounded up to 128) when that is longer: the step model then
+        and every cell R <= DENSE_SEQS, q <= `block` (gamma + 1, the longest verify block), and
+        one sequence of B tokens for every B <= 2 x `block` no such cell has (11 and 13 at
+        gamma 7), at contexts 128, 256, 512, or 128, 512 and `longest` (the longest served
+        prompt plus the output cap, rounded up to 128) when that is longer: the step model then
         interpolates over every context the runs reach instead of extrapolating past 512.
         Every cell the runs live in (R ~ 1-3) is measured, not interpolated, because the CPU
         pass is not monotone in B there (probe_r2.py, probe_r3.txt: 2 x 5, 2 x 6 and 3 x 5
-        tokens cost more than 2 x 8 and 3 x 6), which no interpolation between measured B
-        can see."""
+        tokens cost more than 2 x 8 and 3 x 6; v13: B = 9-15 is a slow band, and B = 13,
+        measured by no cell, cost 9-11% more than the model said, probe_ragged.txt), which no
+        interpolation between measured B can see. Above 2 x `block` the measured B are at most
+        4 apart and the pass is smooth."""
         seqs = tuple(sorted({r for r in (1, 2, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))
         top = -(-longest // 128) * 128
         contexts = self.profile_contexts or ((128, 256, 512) if top <= 512 else (128, 512, top))
         dense = range(1, min(DENSE_SEQS, self.max_seqs) + 1)
         cells = tuple((r, q) for r in dense for q in range(1, block + 1))
+        covered = {r * q for r, q in cells}
+        cells += tuple((1, b) for b in range(1, 2 * block + 1) if b not in covered)
         return Grid(seqs, (1, 2, 4, 5, 8), contexts, (1, 4), (32, 128), cells)
 
 
@@ -409,7 +415,8 @@ def _one_run(
         spec, target, drafter, prompts, "wall", s.max_new_tokens, make_backend=TimedBackend
     )
     wall = time.perf_counter() - t0
-    write_real_run(run, folder / f"{name}-real")
+    priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost))
+    write_real_run(run, folder / f"{name}-real", priced)
     measured = {"real": run_metrics(run.result)}
     work = realized(run)
     for kind, source in (("trace", trace), ("preset", s.preset)):
@@ -419,7 +426,7 @@ def _one_run(
         sim = run_engine(sim_spec, work, backend)
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
-    check = step_model_check(run, Path(spec.profile), Path(spec.draft_cost))
+    check = step_model_check(priced)
     totals = run_totals(run, check["all_predicted_s"])
     info = {
         "start_utc": start_utc,

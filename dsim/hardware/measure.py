@@ -136,9 +136,9 @@ def time_point(
 class Grid:
     """Where to measure: every R in `seqs` times every q in `tokens_per_seq` (B = R*q, so R
     varies independently of B), and the (R, q) cells of `cells` besides, at every context;
-    prefill rows of every R in `prefill_seqs`
-    times every chunk in `prefill_chunks` ending at every context that holds the chunk; and a
-    few mixed verify + prefill steps at the middle context (the composition check)."""
+    prefill rows of every R in `prefill_seqs` times every chunk in `prefill_chunks` ending at
+    every context that holds the chunk; and a few mixed verify + prefill steps at the middle
+    context (the composition check)."""
 
     seqs: tuple[int, ...]
     tokens_per_seq: tuple[int, ...]

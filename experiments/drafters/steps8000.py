@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 from ablations import summary
-from analyze import PAIRS, REPO, tau_difference
+from analyze import PAIRS, REPO, tau_difference, trace_path
 
 HERE = Path(__file__).resolve().parent
-NEW = HERE / "steps8000"
 BEFORE = "7477b1b"  # the 4,000-step traces
 KINDS = ("markov", "parallel", "ar")
 MODES = {"temperature 1": "", "greedy": "-greedy"}
@@ -50,10 +49,10 @@ def main() -> None:
     out: dict = {}
     lines: list[str] = []
     for mode, suffix in MODES.items():
-        new = {
-            k: pd.read_parquet(NEW / f"{k}{suffix}.parquet")
+        new = {  # run_v2e.sh wrote them to steps8000/; promoted (moved) to traces/acceptance/
+            k: pd.read_parquet(trace_path(k, suffix))
             for k in KINDS
-            if (NEW / f"{k}{suffix}.parquet").exists()
+            if (k, suffix) != ("ar", "-greedy")  # not collected at 8,000 steps
         }
         rows = {}
         for kind, df in new.items():

@@ -1,7 +1,7 @@
 """How much each change of the second drafter recipe bought (issue 16): markov with one change
 reverted (run_v2c.sh, 2,000 steps each) against the new recipe at the same budget
-(ablations/markov-new-2000.parquet), and the shipped 4,000-step markov for the steps the other
-way. Held-out prompts, temperature 1, gamma 7.
+(ablations/markov-new-2000.parquet), and the 4,000-step markov (shipped until commit
+STEPS4000, read from git) for the steps the other way. Held-out prompts, temperature 1, gamma 7.
 
 tau = 1 + mean accepted prefix; first-position acceptance = share of rounds accepting at least
 one draft token; differences are paired (the same prompts) with a 90% bootstrap interval over
@@ -15,13 +15,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from analyze import tau_difference, trace_path
+from analyze import difference_cell, tau_difference, trace_at
 
 from dsim.acceptance.trace import read_acceptance_trace
 
 HERE = Path(__file__).resolve().parent
 ABL = HERE / "ablations"
 BASELINE = "new-2000"
+STEPS4000 = "7477b1b"  # the last commit shipping the 4,000-step markov trace
 ROWS = (  # (trace name, what differs from the baseline)
     ("loss", "old loss: 0.9 TV + 0.1 hard-label CE, no KL"),
     ("encoder", "old features and width: final state only, encoder block of width 256"),
@@ -42,7 +43,7 @@ def summary(df: pd.DataFrame) -> dict[str, float]:
 def main() -> None:
     base = read_acceptance_trace(ABL / f"markov-{BASELINE}.parquet")[0]
     out = {BASELINE: {"change": "none: the second recipe at 2,000 steps", **summary(base)}}
-    shipped = read_acceptance_trace(trace_path("markov"))[0]
+    shipped = trace_at(STEPS4000, "markov")
     runs = [(name, what, ABL / f"markov-{name}.parquet") for name, what in ROWS]
     for name, what, path in runs:
         if not path.exists():
@@ -62,7 +63,7 @@ def main() -> None:
     ]
     for name, row in out.items():
         d = row.get("vs_new")
-        diff = f"{d['difference']:+.3f} [{d['lo90']:+.3f}, {d['hi90']:+.3f}]" if d else "-"
+        diff = difference_cell(d) if d else "-"
         lines.append(
             f"| {name} | {row['change']} | {row['tau']:.3f} | {row['first_position']:.3f} | "
             f"{diff} |"

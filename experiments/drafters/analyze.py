@@ -10,7 +10,9 @@ Usage: python experiments/drafters/analyze.py [--skip-latency] [--skip-calibrati
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -33,6 +35,20 @@ PAIRS = (("markov", "parallel"), ("markov", "ar"))  # the paper's claims
 
 def trace_path(kind: str, suffix: str = "") -> Path:
     return REPO / "traces" / "acceptance" / f"smollm2-{kind}{suffix}.parquet"
+
+
+def trace_at(commit: str, kind: str, suffix: str = "") -> pd.DataFrame:
+    """A trace as committed at `commit` (the shipped files are replaced as drafters train on)."""
+    path = trace_path(kind, suffix).relative_to(REPO).as_posix()
+    blob = subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    return pd.read_parquet(io.BytesIO(blob))
+
+
+def difference_cell(d: dict[str, float]) -> str:
+    """A `tau_difference` as a table cell: point [90% interval]."""
+    return f"{d['difference']:+.3f} [{d['lo90']:+.3f}, {d['hi90']:+.3f}]"
 
 
 def tau_difference(

@@ -17,32 +17,17 @@ Usage: python experiments/drafters/steps8000.py   (writes steps8000.md and steps
 
 from __future__ import annotations
 
-import io
 import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 from ablations import summary
-from analyze import PAIRS, REPO, tau_difference, trace_path
+from analyze import PAIRS, difference_cell, tau_difference, trace_at, trace_path
 
 HERE = Path(__file__).resolve().parent
 BEFORE = "7477b1b"  # the 4,000-step traces
 KINDS = ("markov", "parallel", "ar")
 MODES = {"temperature 1": "", "greedy": "-greedy"}
-
-
-def shipped(kind: str, suffix: str) -> pd.DataFrame:
-    """The 4,000-step trace as committed at BEFORE (parquet bytes from git)."""
-    path = f"traces/acceptance/smollm2-{kind}{suffix}.parquet"
-    blob = subprocess.run(
-        ["git", "show", f"{BEFORE}:{path}"], cwd=REPO, capture_output=True, check=True
-    ).stdout
-    return pd.read_parquet(io.BytesIO(blob))
-
-
-def cell(d: dict) -> str:
-    return f"{d['difference']:+.3f} [{d['lo90']:+.3f}, {d['hi90']:+.3f}]"
 
 
 def main() -> None:
@@ -56,11 +41,12 @@ def main() -> None:
         }
         rows = {}
         for kind, df in new.items():
-            old = shipped(kind, suffix)
+            old = trace_at(BEFORE, kind, suffix)
+            before = summary(old)
             rows[kind] = {
                 **summary(df),
-                "tau_4000": summary(old)["tau"],
-                "first_position_4000": summary(old)["first_position"],
+                "tau_4000": before["tau"],
+                "first_position_4000": before["first_position"],
                 "vs_4000": tau_difference(df, old),
             }
         claims = {
@@ -77,10 +63,12 @@ def main() -> None:
         lines += [
             f"| {k} | {r['tau_4000']:.3f} | {r['tau']:.3f} | "
             f"{r['first_position_4000']:.3f} -> {r['first_position']:.3f} | "
-            f"{cell(r['vs_4000'])} |"
+            f"{difference_cell(r['vs_4000'])} |"
             for k, r in rows.items()
         ]
-        lines += [""] + [f"- {pair} at 8,000 steps: {cell(d)}" for pair, d in claims.items()]
+        lines += [""] + [
+            f"- {pair} at 8,000 steps: {difference_cell(d)}" for pair, d in claims.items()
+        ]
         lines.append("")
     markov = out["temperature 1"]["kinds"].get("markov")
     if markov:

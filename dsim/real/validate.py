@@ -79,6 +79,7 @@ CALIBRATION_BURSTS = (2, 8)  # requests per burst (arriving together), each poli
 BURST_RATE = 1e3  # requests/s: a burst
 ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
 DENSE_SEQS = 4  # the on-machine profile measures every (R, q) cell up to this R
+PROFILE_WARMUP = 1  # untimed passes per point: the timed rounds run them all again (v15: 2 -> 1)
 DRIFT_TOL = 0.10  # a machine whose passes sped up or slowed down more than this mid-run
 
 
@@ -122,7 +123,7 @@ class Settings:
                 raise InputError(path, None, f"{what} not found")
 
     def profile_grid(self, longest: int, block: int) -> Grid:
-        """The on-machine profile's grid: R up to --max-seqs at q = 1, 2, 4, 5, 8 tokens each,
+        """The on-machine profile's grid: R up to --max-seqs at q = 1, 2, 4, 8 tokens each,
         and every cell R <= DENSE_SEQS, q <= `block` (gamma + 1, the longest verify block), and
         one sequence of B tokens for every B <= 2 x `block` no such cell has (11 and 13 at
         gamma 7), at contexts 128, 256, 512, or 128, 512 and `longest` (the longest served
@@ -141,7 +142,7 @@ class Settings:
         cells = tuple((r, q) for r in dense for q in range(1, block + 1))
         covered = {r * q for r, q in cells}
         cells += tuple((1, b) for b in range(1, 2 * block + 1) if b not in covered)
-        return Grid(seqs, (1, 2, 4, 5, 8), contexts, (1, 4), (32, 128), cells)
+        return Grid(seqs, (1, 2, 4, 8), contexts, (1, 4), (32, 128), cells)
 
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
@@ -274,7 +275,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         profile = out / "profile.csv"
         log(f"profiling {s.target} on this machine ({profile})")
         grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens, drafter.gamma + 1)
-        write_cpu_profile(target, s.target, grid, profile, progress=False)
+        write_cpu_profile(target, s.target, grid, profile, warmup=PROFILE_WARMUP, progress=False)
     meta["profile"] = str(profile)
     raw = RunSpec(
         trace=arrivals_spec(1.0, s.requests, s.max_new_tokens),

@@ -27,9 +27,10 @@ quiet() {
 # reports the machine's drift. v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
 # profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
-# profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv).
+# profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
+# warm-up passes per point).
 quiet
-$DSIM validate --out experiments/validation/v14
+$DSIM validate --out experiments/validation/v15
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

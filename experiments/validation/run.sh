@@ -30,7 +30,7 @@ quiet() {
 # profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
 # warm-up passes per point).
 quiet
-$DSIM validate --out experiments/validation/v15
+$DSIM validate --out experiments/validation/v16
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

@@ -52,7 +52,7 @@ def main() -> None:
         df = read_acceptance_trace(path)[0]
         out[name] = {"change": what, **summary(df), "vs_new": tau_difference(df, base)}
     out["steps4000"] = {
-        "change": "4,000 steps (the shipped markov, run_v2b.sh)",
+        "change": "4,000 steps (run_v2b.sh; shipped until d608f29)",
         **summary(shipped),
         "vs_new": tau_difference(shipped, base),
     }

@@ -4,7 +4,7 @@ position-wise conditional acceptance, per-round drafter latency, calibration bef
 Reads the traces `dsim collect` wrote (traces/acceptance/smollm2-KIND.parquet) and the
 checkpoints in drafters/; writes tables and figures beside this file.
 Usage: python experiments/drafters/analyze.py [--skip-latency] [--skip-calibration]
-       [--suffix -greedy]   (traces smollm2-KIND-greedy.parquet; outputs get the suffix too)
+       [--suffix=-greedy]   (traces smollm2-KIND-greedy.parquet; outputs get the suffix too)
 """
 
 from __future__ import annotations

@@ -34,11 +34,9 @@ def main() -> None:
     out: dict = {}
     lines: list[str] = []
     for mode, suffix in MODES.items():
-        new = {  # run_v2e.sh wrote them to steps8000/; promoted (moved) to traces/acceptance/
-            k: pd.read_parquet(trace_path(k, suffix))
-            for k in KINDS
-            if (k, suffix) != ("ar", "-greedy")  # not collected at 8,000 steps
-        }
+        # run_v2e.sh wrote them to steps8000/; promoted (moved) to traces/acceptance/ (ar's
+        # greedy trace collected in the next session, the same command)
+        new = {k: pd.read_parquet(trace_path(k, suffix)) for k in KINDS}
         rows = {}
         for kind, df in new.items():
             old = trace_at(BEFORE, kind, suffix)

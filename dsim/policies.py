@@ -33,6 +33,14 @@ def _sps_at(sps: SPS, b: np.ndarray) -> np.ndarray:
     return sps[b] if isinstance(sps, np.ndarray) else np.asarray(sps(b), dtype=np.float64)
 
 
+def _sps_span(sps: SPS, start: int, stop: int) -> np.ndarray:
+    """SPS at B = start..stop-1: a table's slice, the engine's `span`, or a plain callable."""
+    if isinstance(sps, np.ndarray) and stop <= len(sps):  # a short table raises below
+        return sps[start:stop]
+    span = getattr(sps, "span", None)
+    return span(start, stop) if span else _sps_at(sps, np.arange(start, stop))
+
+
 def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
 
@@ -46,11 +54,13 @@ def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keep = None if np.count_nonzero(positive) == len(a) else np.flatnonzero(positive)
     kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
     order = np.argsort(-kept)
-    if np.count_nonzero(np.diff(kept[order])) < len(order) - 1:  # a tie
+    survival = kept[order]
+    if np.count_nonzero(np.diff(survival)) < len(order) - 1:  # a tie
         order = np.argsort(-kept, kind="stable")
+        survival = kept[order]
     if keep is not None:
         order = keep[order]
-    return order // conf.shape[1], a[order]
+    return order // conf.shape[1], survival
 
 
 def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +69,7 @@ def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarr
     tau[0] = 0.0
     np.cumsum(survival, out=tau[1:])
     tau += r
-    speed = _sps_at(sps, np.arange(r, r + len(survival) + 1))
+    speed = _sps_span(sps, r, r + len(survival) + 1)
     return speed, tau * speed
 
 
@@ -287,7 +297,7 @@ class DSparkAsync:
         rows, survival = _candidates(conf)
         k = min(len(survival), int(round(self._history[0] * r)))
         if self.sla_tps is not None:
-            speed = _sps_at(sps, r + np.arange(k + 1))
+            speed = _sps_span(sps, r, r + k + 1)
             k = _sla_stop(rows, survival, r, k, speed, self.sla_tps)
         return _to_lengths(rows[:k], r)
 

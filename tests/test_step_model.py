@@ -12,7 +12,7 @@ from conftest import write_flat_profile, write_trace
 
 from dsim.engine.config import DraftCost, drafter_kind
 from dsim.errors import InputError
-from dsim.hardware.latency import LatencyModel, read_profile
+from dsim.hardware.latency import LatencyModel, StepRate, read_profile
 
 # latency_ms = A + TOK * B + SEQ * R + KV * R * C (verify) and the P-prefixed prefill plane.
 A, TOK, SEQ, KV = 4.0, 0.5, 0.25, 0.001
@@ -86,6 +86,25 @@ def test_mixed_step_pays_the_fixed_cost_once(tmp_path):
     assert model.priced(6, 700.0, 300, 2, 900.0, fused=False)(np.array([24, 30])) == (
         pytest.approx([v + p, linear_ms(30, 6, 700) / 1e3 + p])
     )
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_span_is_the_call_over_consecutive_tokens(tmp_path, fused):
+    """`span(start, stop)` (what the policies read for consecutive B) is bit for bit the
+    callable at B = start..stop-1: inside and past the tabulated B, at a measured context,
+    between the two and past the last, with and without prefill, and with the drafter's
+    seconds added (`StepRate`)."""
+    model = LatencyModel.from_csv(write_linear_profile(tmp_path / "p.csv", prefill=True))
+    top = model.verify.f.shape[1]
+    for ctx in (0.0, 700.0, 2000.0, 5000.0):
+        for prefill in ((), (300, 2, 900.0)):
+            price = model.priced(6, ctx, *prefill, fused=fused)
+            rate = StepRate(price, 0.003)
+            for start, stop in ((6, 6), (6, 60), (top - 5, top + 20)):
+                b = np.arange(start, stop)
+                assert np.array_equal(price.span(start, stop), price(b))
+                assert np.array_equal(rate.span(start, stop), rate(b))
+                assert len(rate.span(start, stop)) == stop - start
 
 
 def test_unfused_engine_pays_both_passes_in_its_mixed_step(sim, tmp_path):

@@ -40,7 +40,7 @@ from dsim.engine.config import DraftCost, EngineConfig
 from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
-from dsim.hardware.latency import LatencyModel
+from dsim.hardware.latency import LatencyModel, StepRate
 from dsim.workload import Workload
 
 # Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
@@ -296,13 +296,7 @@ class Replica:
                 draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
-
-            def sps(x: np.ndarray) -> np.ndarray:
-                """Steps per second of a round verifying B tokens, drafter and prefill work
-                included."""
-                return 1.0 / (draft_s + price(x))
-
-            lengths = self.policy.lengths(conf, sps, truth)
+            lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
             emitted, stop = self.backend.verify(ids, lengths, truth)
             if self.observe is not None:
                 self.observe(lengths, emitted - 1)

@@ -277,6 +277,17 @@ class Section:
             f_lo = f_hi = self.surface._f((self.lo,), tokens)[0]
         else:
             f_lo, f_hi = self.surface._f((self.lo, self.hi), tokens)
+        return self._blend(f_lo, f_hi)
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """`self(np.arange(start, stop))`, the same values, from slices of the table rows (the
+        policies' SPS over consecutive B: no bounds check or gather per call)."""
+        f = self.surface.f
+        if not 0 <= start <= stop <= f.shape[1]:
+            return self(np.arange(start, stop))
+        return self._blend(f[self.lo, start:stop], f[self.hi, start:stop])
+
+    def _blend(self, f_lo: Any, f_hi: Any) -> Any:
         y0 = f_lo + self.g_lo
         if self.lo == self.hi:
             return y0
@@ -324,6 +335,11 @@ class StepPrice:
         y = self.section(b)
         return y if type(y) is float and y > self.floor else self.model._floored(y)
 
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """`self(np.arange(start, stop))`, the same values, faster (`Section.span`)."""
+        v = self.model._floored(self.section.span(start, stop))
+        return self._with_prefill(v) if self.prefill_tokens else v
+
     def latency(self, batch_tokens: Any, num_seqs: int, context_len: float) -> Any:
         """`LatencyModel.latency` (a drop-in for it, e.g. for `DraftCost`)."""
         if num_seqs == self.num_seqs and context_len == self.context_len:
@@ -336,10 +352,30 @@ class StepPrice:
             return self.verify(verify_tokens)
         if not self.num_seqs:
             return self.p
-        v = self.verify(verify_tokens)
+        return self._with_prefill(self.verify(verify_tokens))
+
+    def _with_prefill(self, v: Any) -> Any:
+        """The step's verify latency `v` plus its prefill pass, less what a fused step shares."""
         if isinstance(v, float):
             return v + self.p - min(self.shared, v)
         return v + self.p - np.minimum(self.shared, v)
+
+
+class StepRate:
+    """SPS(B) = 1 / (extra_s + price(B)): steps per second of a round that verifies B tokens,
+    the step's drafter and scheduling seconds `extra_s` included (what the policies weigh);
+    `span(start, stop)` gives B = start..stop-1 without building and gathering an index."""
+
+    __slots__ = ("price", "extra_s")
+
+    def __init__(self, price: StepPrice, extra_s: float) -> None:
+        self.price, self.extra_s = price, extra_s
+
+    def __call__(self, batch_tokens: Any) -> Any:
+        return 1.0 / (self.extra_s + self.price(batch_tokens))
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        return 1.0 / (self.extra_s + self.price.span(start, stop))
 
 
 class LatencyModel:

@@ -34,7 +34,16 @@ def counted(checkout_dir: Path, policy: str, window: str) -> tuple[int, int]:
     """(steps, instructions) of one run under cachegrind."""
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
     cmd += [sys.executable, str(Path(__file__).resolve()), "--child", policy, window]
-    env = {"PYTHONPATH": str(checkout_dir), "PATH": "/usr/bin:/bin"}
+    # No bytecode written: a fresh checkout would otherwise compile every module in its first
+    # (shorter) window only, which the difference of the windows would charge to its steps
+    # (seen here: the same code measured 386k and 353k instructions a step). A fixed hash seed
+    # makes a run's instruction count repeatable.
+    env = {
+        "PYTHONPATH": str(checkout_dir),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
     out = subprocess.run(cmd, cwd=checkout_dir, env=env, check=True, capture_output=True, text=True)
     refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr).group(1)
     return int(out.stdout.split()[-1]), int(refs.replace(",", ""))

@@ -41,6 +41,16 @@ def _sps_span(sps: SPS, start: int, stop: int) -> np.ndarray:
     return span(start, stop) if span else _sps_at(sps, np.arange(start, stop))
 
 
+def _first(mask: np.ndarray, default: int) -> int:
+    """Index of the first True of a 1-D mask, else `default`: one argmax, cheaper than
+    `np.flatnonzero` or `np.diff`'s Python wrappers at a round's few dozen candidates."""
+    if len(mask):
+        i = int(mask.argmax())
+        if mask[i]:
+            return i
+    return default
+
+
 def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
 
@@ -49,13 +59,13 @@ def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     only on the candidates ahead of it, never on r's later confidences. The fast unstable sort
     is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
     """
-    a = np.cumprod(conf, axis=1).ravel()
+    a = conf.cumprod(axis=1).ravel()
     positive = a > 0
     keep = None if np.count_nonzero(positive) == len(a) else np.flatnonzero(positive)
     kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
-    order = np.argsort(-kept)
+    order = (-kept).argsort()
     survival = kept[order]
-    if np.count_nonzero(np.diff(survival)) < len(order) - 1:  # a tie
+    if _first(survival[1:] == survival[:-1], -1) >= 0:  # a tie
         order = np.argsort(-kept, kind="stable")
         survival = kept[order]
     if keep is not None:
@@ -67,7 +77,7 @@ def _theta(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """Round rate SPS and expected tokens per second after admitting the first k candidates."""
     tau = np.empty(len(survival) + 1)
     tau[0] = 0.0
-    np.cumsum(survival, out=tau[1:])
+    survival.cumsum(out=tau[1:])
     tau += r
     speed = _sps_span(sps, r, r + len(survival) + 1)
     return speed, tau * speed
@@ -142,8 +152,7 @@ def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> 
     r = conf.shape[0]
     rows, survival = _candidates(conf)
     speed, theta = _theta(sps, r, survival)
-    worse = np.flatnonzero(np.diff(theta) <= 0)
-    k = int(worse[0]) if len(worse) else len(survival)
+    k = _first(theta[1:] <= theta[:-1], len(survival))  # the first admission that does not gain
     return _to_lengths(rows[: _sla_stop(rows, survival, r, k, speed, sla_tps)], r)
 
 

@@ -60,8 +60,7 @@ def _candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
     """
     a = conf.cumprod(axis=1).ravel()
-    positive = a > 0
-    keep = None if np.count_nonzero(positive) == len(a) else np.flatnonzero(positive)
+    keep = None if len(a) and a.min() > 0 else np.flatnonzero(a > 0)  # NaN: filtered too
     kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
     order = (-kept).argsort()
     survival = kept[order]

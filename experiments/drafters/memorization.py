@@ -18,7 +18,7 @@ Rule, fixed before any result:
   the two 90% intervals do not overlap; the size of the difference is compared with the
   held-out gap (+0.134).
 Usage: python experiments/drafters/memorization.py [--drafter drafters/markov.pt]
-(writes memorization.md)
+[--out memorization.md]
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def teacher_forced(drafter, target, folder: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--drafter", default="drafters/markov.pt")
+    parser.add_argument("--out", default="memorization.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
     target = load_target()
@@ -96,7 +97,7 @@ def main() -> None:
         f"({seen['accept'][0] - new['accept'][0]:+.3f}; held-out gap +0.134).",
     ]
     text = "\n".join(lines) + "\n"
-    (HERE / "memorization.md").write_text(text)
+    (HERE / args.out).write_text(text)
     print(text)
 
 

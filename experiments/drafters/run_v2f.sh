@@ -5,11 +5,12 @@
 # run_v2b.sh), then, in a later session, `--resume --steps 8000` (run_v2e.sh). Only the data
 # differs from the shipped drafters, so each stage compares like with like
 # (experiments/drafters/data300k.py holds the rule, fixed before any result).
-# STAGES lists the step counts to reach in this run (a stage already reached is skipped: its
-# checkpoint exists). Checkpoints go to runs/s5/KIND-STEPS.pt, training states to
-# .cache/dsim/s5-KIND.state.pt (not the shipped files' states), held-out traces at temperature
-# 1 to experiments/drafters/data300k/KIND-STEPS.parquet. One lane per kind in KINDS, one torch
-# thread each.
+# STAGES lists the step counts to reach in this run: a finished stage (its marker in LOGS) is
+# skipped, an interrupted one resumes from the training state. Checkpoints go to
+# runs/s5/KIND-STEPS.pt, training states to .cache/dsim/s5-KIND.state.pt (not the shipped
+# files' states), held-out traces at temperature 1 to
+# experiments/drafters/data300k/KIND-STEPS.parquet. One lane per kind in KINDS, one torch thread
+# each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DSIM=${DSIM:-.venv/bin/dsim}
@@ -21,14 +22,14 @@ OUT=experiments/drafters/data300k
 mkdir -p "$LOGS" runs/s5 "$OUT"
 
 lane() {  # KIND: each stage trains on from the last, then collects on the held-out prompts
-  local resume=--no-resume
   for steps in $STAGES; do
-    if [[ ! -f "runs/s5/$1-$steps.pt" ]]; then
-      nice -n 5 $DSIM train --drafter "$1" --steps "$steps" $resume --threads 1 --data "$DATA" \
+    # the checkpoint is written every 200 steps; the marker says the stage finished
+    if [[ ! -f "$LOGS/s5-$1-$steps.done" ]]; then
+      nice -n 5 $DSIM train --drafter "$1" --steps "$steps" --resume --threads 1 --data "$DATA" \
         --state ".cache/dsim/s5-$1.state.pt" --out "runs/s5/$1-$steps.pt" \
         >"$LOGS/s5-train-$1-$steps.log" 2>&1
+      touch "$LOGS/s5-$1-$steps.done"
     fi
-    resume=--resume
     [[ $steps == 2000 ]] && continue  # the comparison stages are 4,000 and 8,000
     [[ -f "$OUT/$1-$steps.parquet" ]] || nice -n 5 $DSIM collect --drafter "runs/s5/$1-$steps.pt" \
       --prompts traces/prompts/heldout.jsonl --out "$OUT/$1-$steps.parquet" \

@@ -46,6 +46,11 @@ def trace_at(commit: str, kind: str, suffix: str = "") -> pd.DataFrame:
     return pd.read_parquet(io.BytesIO(blob))
 
 
+def first_position_gap(df: pd.DataFrame) -> float:
+    """Mean first-position confidence minus first-position acceptance: the head's bias there."""
+    return float(df["conf_1"].mean() - (df["accepted"] >= 1).mean())
+
+
 def difference_cell(d: dict[str, float]) -> str:
     """A `tau_difference` as a table cell: point [90% interval]."""
     return f"{d['difference']:+.3f} [{d['lo90']:+.3f}, {d['hi90']:+.3f}]"

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ablations import summary
-from analyze import difference_cell, tau_difference, trace_at
+from analyze import difference_cell, first_position_gap, tau_difference, trace_at
 
 from dsim.acceptance.calibration import fit_sts, position_metrics, split_by_sequence
 from dsim.acceptance.trace import conf_columns, trace_gamma
@@ -38,11 +38,6 @@ RUNS = HERE / "data300k"
 AT = {4000: "7477b1b", 8000: "d608f29"}  # commits whose traces are the 221k-token drafters
 KINDS = ("markov", "parallel", "ar")
 ECE_POSITIONS = (1, 3, 5, 7)
-
-
-def overconfidence(df: pd.DataFrame) -> float:
-    """Mean first-position confidence minus first-position acceptance (0 = unbiased)."""
-    return float(df["conf_1"].mean() - (df["accepted"] >= 1).mean())
 
 
 def ece_after(df: pd.DataFrame) -> dict[int, float]:
@@ -56,7 +51,7 @@ def ece_after(df: pd.DataFrame) -> dict[int, float]:
 
 
 def row(df: pd.DataFrame) -> dict:
-    return {**summary(df), "overconfidence": overconfidence(df), "ece_after": ece_after(df)}
+    return {**summary(df), "overconfidence": first_position_gap(df), "ece_after": ece_after(df)}
 
 
 def main() -> None:

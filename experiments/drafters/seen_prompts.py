@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from analyze import REPO, trace_path
+from ablations import summary
+from analyze import REPO, first_position_gap, trace_path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "seen_prompts"
@@ -65,10 +66,9 @@ def gap_stats(df: pd.DataFrame, reps: int = 2000, seed: int = 0) -> dict[str, fl
     gaps = (boot[:, 0] - boot[:, 1]) / boot[:, 2]
     lo, hi = np.percentile(gaps, [5, 95])
     return {
-        "tau": float(1 + df["accepted"].mean()),
-        "first_position": float((df["accepted"] >= 1).mean()),
+        **summary(df),
         "confidence_1": float(df["conf_1"].mean()),
-        "gap": float(df["conf_1"].mean() - (df["accepted"] >= 1).mean()),
+        "gap": first_position_gap(df),
         "gap_lo90": float(lo),
         "gap_hi90": float(hi),
         "sequences": len(sums),

@@ -10,7 +10,8 @@ Rule, fixed before any result (committed with run_v2f.sh, before the runs finish
   bootstrap interval over sequences (analyze.tau_difference), and the STS ECE after
   calibration at positions 1, 3, 5, 7 (calibrate_trace's rule: 30% of sequences held out, seed 0)
   for both data sizes.
-- The paper's claim markov - parallel on the 300k data, same interval, when both exist.
+- The paper's claim markov - parallel on the 300k data, same interval, when both exist; and
+  markov - ar the same way (added 2026-12-01, before ar's first run on the 300k data).
 - Data "bought" something if the interval of tau(300k) - tau(221k) excludes 0; otherwise it
   is reported as no measurable change.
 - Promotion: the 300k drafters replace drafters/KIND.pt and traces/acceptance/smollm2-KIND
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ablations import summary
-from analyze import difference_cell, first_position_gap, tau_difference, trace_at
+from analyze import PAIRS, difference_cell, first_position_gap, tau_difference, trace_at
 
 from dsim.acceptance.calibration import fit_sts, position_metrics, split_by_sequence
 from dsim.acceptance.trace import conf_columns, trace_gamma
@@ -71,11 +72,9 @@ def main() -> None:
         for kind, df in new.items():
             old = trace_at(commit, kind)
             rows[kind] = {"300k": row(df), "221k": row(old), "vs_221k": tau_difference(df, old)}
-        claims = (
-            {"markov-parallel": tau_difference(new["markov"], new["parallel"])}
-            if {"markov", "parallel"} <= new.keys()
-            else {}
-        )
+        claims = {
+            f"{a}-{b}": tau_difference(new[a], new[b]) for a, b in PAIRS if a in new and b in new
+        }
         out[steps] = {"kinds": rows, "claims": claims}
         ece = ", ".join(f"p{p}" for p in ECE_POSITIONS)
         lines += [

@@ -9,14 +9,15 @@
 # skipped, an interrupted one resumes from the training state. Checkpoints go to
 # runs/s5/KIND-STEPS.pt, training states to .cache/dsim/s5-KIND.state.pt (not the shipped
 # files' states), held-out traces at temperature 1 to
-# experiments/drafters/data300k/KIND-STEPS.parquet. One lane per kind in KINDS, one torch thread
-# each.
+# experiments/drafters/data300k/KIND-STEPS.parquet. One lane per kind in KINDS, THREADS torch
+# threads each (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DSIM=${DSIM:-.venv/bin/dsim}
 DATA=${DATA:-.cache/dsim/data/s5}
 STAGES=${STAGES:-"2000 4000"}
-KINDS=${KINDS:-"markov parallel"}  # ar next, when two cores are free for its 1 s/step
+KINDS=${KINDS:-"markov parallel"}  # ar: 1 s/step on one thread, so THREADS=2 when it runs alone
+THREADS=${THREADS:-1}  # torch threads per lane
 LOGS=${LOGS:-.cache/dsim/logs}
 OUT=experiments/drafters/data300k
 mkdir -p "$LOGS" runs/s5 "$OUT"
@@ -25,8 +26,8 @@ lane() {  # KIND: each stage trains on from the last, then collects on the held-
   for steps in $STAGES; do
     # the checkpoint is written every 200 steps; the marker says the stage finished
     if [[ ! -f "$LOGS/s5-$1-$steps.done" ]]; then
-      nice -n 5 $DSIM train --drafter "$1" --steps "$steps" --resume --threads 1 --data "$DATA" \
-        --state ".cache/dsim/s5-$1.state.pt" --out "runs/s5/$1-$steps.pt" \
+      nice -n 5 $DSIM train --drafter "$1" --steps "$steps" --resume --threads "$THREADS" \
+        --data "$DATA" --state ".cache/dsim/s5-$1.state.pt" --out "runs/s5/$1-$steps.pt" \
         >"$LOGS/s5-train-$1-$steps.log" 2>&1
       touch "$LOGS/s5-$1-$steps.done"
     fi

@@ -31,6 +31,9 @@ KINDS = ("ar", "parallel", "markov", "rnn", "mtp1")
 MAIN_DOMAINS = ("code", "math", "chat")
 MIN_ROUNDS = 20  # positions reached by fewer rounds are too noisy to plot
 PAIRS = (("markov", "parallel"), ("markov", "ar"))  # the paper's claims
+# the 8,000-step drafters trained on 221k tokens and their traces, shipped until the 300k-token
+# ones replace them (data300k.py): reports about them read this commit, not the working tree
+SHIPPED_8000 = "971733a"
 
 
 def trace_path(kind: str, suffix: str = "") -> Path:

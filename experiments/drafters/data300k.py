@@ -29,14 +29,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ablations import summary
-from analyze import PAIRS, difference_cell, first_position_gap, tau_difference, trace_at
+from analyze import (
+    PAIRS,
+    SHIPPED_8000,
+    difference_cell,
+    first_position_gap,
+    tau_difference,
+    trace_at,
+)
 
 from dsim.acceptance.calibration import fit_sts, position_metrics, split_by_sequence
 from dsim.acceptance.trace import conf_columns, trace_gamma
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "data300k"
-AT = {4000: "7477b1b", 8000: "d608f29"}  # commits whose traces are the 221k-token drafters
+AT = {4000: "7477b1b", 8000: SHIPPED_8000}  # commits whose traces are the 221k-token drafters
 KINDS = ("markov", "parallel", "ar")
 ECE_POSITIONS = (1, 3, 5, 7)
 

@@ -19,6 +19,8 @@ Rule, fixed before any result:
   held-out gap (+0.134).
 Usage: python experiments/drafters/memorization.py [--drafter drafters/markov.pt]
 [--out memorization.md]
+The CACHES labels hold for a drafter trained on the main cache: drafters/markov.pt of commit
+analyze.SHIPPED_8000 (once replaced: `git show 971733a:drafters/markov.pt > markov-221k.pt`).
 """
 
 from __future__ import annotations

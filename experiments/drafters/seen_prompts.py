@@ -19,6 +19,8 @@ Usage: python experiments/drafters/seen_prompts.py prompts
          --prompts experiments/drafters/seen_prompts/prompts.jsonl \
          --out experiments/drafters/seen_prompts/markov.parquet --max-new-tokens 64 --batch-size 24
        python experiments/drafters/seen_prompts.py report   (writes seen_prompts.md)
+drafters/markov.pt means the 221k-token file of commit analyze.SHIPPED_8000 (once replaced:
+`git show 971733a:drafters/markov.pt > markov-221k.pt`); the report reads that commit's trace.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ablations import summary
-from analyze import REPO, first_position_gap, trace_path
+from analyze import REPO, SHIPPED_8000, first_position_gap, trace_at
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "seen_prompts"
@@ -77,7 +79,7 @@ def gap_stats(df: pd.DataFrame, reps: int = 2000, seed: int = 0) -> dict[str, fl
 
 def report() -> None:
     rows = {
-        "held-out prompts": gap_stats(pd.read_parquet(trace_path("markov"))),
+        "held-out prompts": gap_stats(trace_at(SHIPPED_8000, "markov")),
         "training prompts": gap_stats(pd.read_parquet(OUT / "markov.parquet")),
     }
     lines = [

@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 from ablations import summary
-from analyze import PAIRS, difference_cell, tau_difference, trace_at, trace_path
+from analyze import PAIRS, SHIPPED_8000, difference_cell, tau_difference, trace_at
 
 HERE = Path(__file__).resolve().parent
 BEFORE = "7477b1b"  # the 4,000-step traces
@@ -36,7 +35,7 @@ def main() -> None:
     for mode, suffix in MODES.items():
         # run_v2e.sh wrote them to steps8000/; promoted (moved) to traces/acceptance/ (ar's
         # greedy trace collected in the next session, the same command)
-        new = {k: pd.read_parquet(trace_path(k, suffix)) for k in KINDS}
+        new = {k: trace_at(SHIPPED_8000, k, suffix) for k in KINDS}
         rows = {}
         for kind, df in new.items():
             old = trace_at(BEFORE, kind, suffix)

@@ -17,10 +17,15 @@ Rule, fixed before any result:
 - Reading: memorisation is shown if c*_1 on training anchors exceeds c*_1 on new answers and
   the two 90% intervals do not overlap; the size of the difference is compared with the
   held-out gap (+0.134).
+- Added 2026-12-01, before its run: `--trained-on s5` for a drafter trained on the s5 cache
+  (run_v2f.sh) swaps the roles: its training answers are s5's, the main cache's are new to it.
+  The gap c*_1(training) - c*_1(new) gets a 90% interval from the two bootstraps (independent
+  anchor sets). The 300k data relieved memorisation if, at 8,000 steps, the s5 markov's gap
+  interval lies wholly below the 221k markov's; if they overlap, no measurable change.
 Usage: python experiments/drafters/memorization.py [--drafter drafters/markov.pt]
-[--out memorization.md]
-The CACHES labels hold for a drafter trained on the main cache: drafters/markov.pt of commit
-analyze.SHIPPED_8000 (once replaced: `git show 971733a:drafters/markov.pt > markov-221k.pt`).
+[--out memorization.md] [--trained-on main|s5]
+--trained-on main (default) is drafters/markov.pt of commit analyze.SHIPPED_8000 (once replaced:
+`git show 971733a:drafters/markov.pt > runs/markov-221k.pt`); s5 is runs/s5/markov-8000.pt.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dsim.models.train import TrainingData
 
 HERE = Path(__file__).resolve().parent
 N = 2048
-CACHES = {"training answers": "main", "new answers, same prompts": "s5"}
+OTHER = {"main": "s5", "s5": "main"}  # the cache of new answers to the training prompts
 
 
 def teacher_forced(drafter, target, folder: Path) -> dict:
@@ -63,22 +68,28 @@ def teacher_forced(drafter, target, folder: Path) -> dict:
     a, c = torch.cat(accept).numpy(), torch.cat(conf).numpy()  # (N, gamma)
     boot = a[np.random.default_rng(0).integers(0, len(a), (2000, len(a))), 0].mean(1)
     lo, hi = np.percentile(boot, [5, 95])
-    return {"accept": a.mean(0), "conf": c.mean(0), "lo90": lo, "hi90": hi}
+    return {"accept": a.mean(0), "conf": c.mean(0), "lo90": lo, "hi90": hi, "boot": boot}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--drafter", default="drafters/markov.pt")
     parser.add_argument("--out", default="memorization.md")
+    parser.add_argument("--trained-on", choices=sorted(OTHER), default="main")
     args = parser.parse_args()
     torch.set_num_threads(1)
     target = load_target()
     drafter = load_drafter(REPO / args.drafter, target).eval()
+    caches = {
+        "training answers": args.trained_on,
+        "new answers, same prompts": OTHER[args.trained_on],
+    }
     res = {
-        k: teacher_forced(drafter, target, REPO / ".cache/dsim/data" / v) for k, v in CACHES.items()
+        k: teacher_forced(drafter, target, REPO / ".cache/dsim/data" / v) for k, v in caches.items()
     }
     lines = [
-        f"`{args.drafter}`, teacher-forced, {N} anchors per cache (seed 0).",
+        f"`{args.drafter}`, trained on the {args.trained_on} cache, teacher-forced, {N} anchors "
+        "per cache (seed 0).",
         "",
         "| anchors | c* at 1 [90%] | confidence at 1 | c* at 1..7 | confidence at 1..7 |",
         "| --- | --- | --- | --- | --- |",
@@ -92,11 +103,12 @@ def main() -> None:
     ]
     seen, new = res.values()
     shown = seen["accept"][0] > new["accept"][0] and seen["lo90"] > new["hi90"]
+    gap_lo, gap_hi = np.percentile(seen["boot"] - new["boot"], [5, 95])
     lines += [
         "",
         f"Memorisation {'shown' if shown else 'not shown'} (rule in memorization.py): c*_1 "
         f"{seen['accept'][0]:.3f} on training answers, {new['accept'][0]:.3f} on new ones "
-        f"({seen['accept'][0] - new['accept'][0]:+.3f}).",
+        f"({seen['accept'][0] - new['accept'][0]:+.3f} [{gap_lo:+.3f}, {gap_hi:+.3f}]).",
     ]
     text = "\n".join(lines) + "\n"
     (HERE / args.out).write_text(text)

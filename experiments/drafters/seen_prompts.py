@@ -20,7 +20,7 @@ Usage: python experiments/drafters/seen_prompts.py prompts
          --out experiments/drafters/seen_prompts/markov.parquet --max-new-tokens 64 --batch-size 24
        python experiments/drafters/seen_prompts.py report   (writes seen_prompts.md)
 drafters/markov.pt means the 221k-token file of commit analyze.SHIPPED_8000 (once replaced:
-`git show 971733a:drafters/markov.pt > markov-221k.pt`); the report reads that commit's trace.
+`git show 971733a:drafters/markov.pt > runs/markov-221k.pt`); the report reads that commit's trace.
 """
 
 from __future__ import annotations

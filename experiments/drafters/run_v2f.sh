@@ -6,11 +6,13 @@
 # differs from the shipped drafters, so each stage compares like with like
 # (experiments/drafters/data300k.py holds the rule, fixed before any result).
 # STAGES lists the step counts to reach in this run: a finished stage (its marker in LOGS) is
-# skipped, an interrupted one resumes from the training state. Checkpoints go to
-# runs/s5/KIND-STEPS.pt, training states to .cache/dsim/s5-KIND.state.pt (not the shipped
-# files' states), held-out traces at temperature 1 to
-# experiments/drafters/data300k/KIND-STEPS.parquet. One lane per kind in KINDS, THREADS torch
-# threads each (default 1).
+# skipped, an interrupted one resumes from the training state. Checkpoints of the comparison
+# stages (4,000 and 8,000) go beside their held-out traces at temperature 1,
+# experiments/drafters/data300k/KIND-STEPS.{pt,parquet}, to be committed in the session that
+# made them (fp16, 11-20 MB): the machine may not keep anything untracked between sessions,
+# and on 2026-12-01 it did not (the first 8,000-step files, in runs/s5/, were lost). The
+# 2,000-step ones go to runs/s5/. Training states: .cache/dsim/s5-KIND.state.pt (not the
+# shipped files' states). One lane per kind in KINDS, THREADS torch threads each (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DSIM=${DSIM:-.venv/bin/dsim}
@@ -24,15 +26,17 @@ mkdir -p "$LOGS" runs/s5 "$OUT"
 
 lane() {  # KIND: each stage trains on from the last, then collects on the held-out prompts
   for steps in $STAGES; do
+    local ckpt="$OUT/$1-$steps.pt"
+    [[ $steps == 2000 ]] && ckpt="runs/s5/$1-$steps.pt"
     # the checkpoint is written every 200 steps; the marker says the stage finished
     if [[ ! -f "$LOGS/s5-$1-$steps.done" ]]; then
       nice -n 5 $DSIM train --drafter "$1" --steps "$steps" --resume --threads "$THREADS" \
-        --data "$DATA" --state ".cache/dsim/s5-$1.state.pt" --out "runs/s5/$1-$steps.pt" \
+        --data "$DATA" --state ".cache/dsim/s5-$1.state.pt" --out "$ckpt" \
         >"$LOGS/s5-train-$1-$steps.log" 2>&1
       touch "$LOGS/s5-$1-$steps.done"
     fi
     [[ $steps == 2000 ]] && continue  # the comparison stages are 4,000 and 8,000
-    [[ -f "$OUT/$1-$steps.parquet" ]] || nice -n 5 $DSIM collect --drafter "runs/s5/$1-$steps.pt" \
+    [[ -f "$OUT/$1-$steps.parquet" ]] || nice -n 5 $DSIM collect --drafter "$ckpt" \
       --prompts traces/prompts/heldout.jsonl --out "$OUT/$1-$steps.parquet" \
       --max-new-tokens 64 --batch-size 24 >"$LOGS/s5-collect-$1-$steps.log" 2>&1
   done

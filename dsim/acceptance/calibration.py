@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize
 from scipy.special import expit
 from scipy.stats import rankdata
 
@@ -31,9 +32,13 @@ def logit(conf: np.ndarray) -> np.ndarray:
     return np.log(c) - np.log1p(-c)
 
 
-def apply_temperatures(conf: np.ndarray, temperatures: np.ndarray) -> np.ndarray:
-    """c' = sigmoid(logit(c) / T_k), column k by T_k; c is clipped to [1e-6, 1 - 1e-6] first."""
-    return expit(logit(conf) / np.asarray(temperatures, dtype=np.float64))
+def apply_temperatures(
+    conf: np.ndarray, temperatures: np.ndarray, offsets: np.ndarray | float = 0.0
+) -> np.ndarray:
+    """c' = sigmoid(logit(c) / T_k + b_k), column k by T_k and b_k (STS: b = 0); c is clipped
+    to [1e-6, 1 - 1e-6] first."""
+    t = np.asarray(temperatures, dtype=np.float64)
+    return expit(logit(conf) / t + np.asarray(offsets, dtype=np.float64))
 
 
 def prefix_labels(accepted: np.ndarray, gamma: int) -> np.ndarray:
@@ -121,6 +126,42 @@ def _grid_argmin(grid: np.ndarray, survival: np.ndarray, zk: np.ndarray, yk: np.
         ]
     )
     return float(grid[int(np.argmin(scores))])
+
+
+def fit_platt(conf: np.ndarray, accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Temperatures T_k and offsets b_k, in order, each pair minimising the log-loss of the
+    prefix survival a_k = a_{k-1} sigmoid(z_k / T_k + b_k) against its label.
+
+    The offset removes what a temperature cannot: a head whose confidence is too high on
+    average (a temperature only pulls logits toward 0, i.e. toward 0.5). Log-loss, not ECE, is
+    the criterion: with an offset a constant prediction at the base rate has an ECE of 0 and
+    ranks nothing, while log-loss is a proper score. T_k stays in the STS grid's range.
+    """
+    z = logit(conf)
+    labels = prefix_labels(accepted, conf.shape[1])
+    survival = np.ones(len(conf))
+    temps, offsets = np.empty(conf.shape[1]), np.empty(conf.shape[1])
+    bounds = [(1.0 / COARSE_GRID[-1], 1.0 / COARSE_GRID[0]), (-20.0, 20.0)]  # (1/T, b)
+    for k in range(conf.shape[1]):
+        res = minimize(
+            _survival_log_loss, np.array([1.0, 0.0]), args=(survival, z[:, k], labels[:, k]),
+            jac=True, method="L-BFGS-B", bounds=bounds,
+        )  # fmt: skip
+        temps[k], offsets[k] = 1.0 / res.x[0], res.x[1]
+        survival = survival * expit(z[:, k] * res.x[0] + res.x[1])
+    return temps, offsets
+
+
+def _survival_log_loss(
+    params: np.ndarray, survival: np.ndarray, zk: np.ndarray, yk: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Mean log-loss of survival * sigmoid(a zk + b) against yk, and its gradient in (a, b)."""
+    a, b = params
+    sig = expit(a * zk + b)
+    q = np.clip(survival * sig, 1e-12, 1.0 - 1e-12)
+    loss = -np.mean(yk * np.log(q) + (1.0 - yk) * np.log1p(-q))
+    dloss_du = (1.0 - sig) * ((1.0 - yk) * q / (1.0 - q) - yk)  # u = a zk + b
+    return float(loss), np.array([np.mean(dloss_du * zk), np.mean(dloss_du)])
 
 
 def position_metrics(

@@ -21,7 +21,7 @@ STAGES=${STAGES:-"2000 4000"}
 KINDS=${KINDS:-"markov parallel"}  # ar: 1 s/step on one thread, so THREADS=2 when it runs alone
 THREADS=${THREADS:-1}  # torch threads per lane
 LOGS=${LOGS:-.cache/dsim/logs}
-OUT=experiments/drafters/data300k
+OUT=${OUT:-experiments/drafters/data300k}  # another folder for a rerun beside the committed one
 mkdir -p "$LOGS" runs/s5 "$OUT"
 
 lane() {  # KIND: each stage trains on from the last, then collects on the held-out prompts

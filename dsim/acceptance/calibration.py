@@ -143,10 +143,8 @@ def fit_platt(conf: np.ndarray, accepted: np.ndarray) -> tuple[np.ndarray, np.nd
     temps, offsets = np.empty(conf.shape[1]), np.empty(conf.shape[1])
     bounds = [(1.0 / COARSE_GRID[-1], 1.0 / COARSE_GRID[0]), (-20.0, 20.0)]  # (1/T, b)
     for k in range(conf.shape[1]):
-        res = minimize(
-            _survival_log_loss, np.array([1.0, 0.0]), args=(survival, z[:, k], labels[:, k]),
-            jac=True, method="L-BFGS-B", bounds=bounds,
-        )  # fmt: skip
+        args = (survival, z[:, k], labels[:, k])
+        res = minimize(_survival_log_loss, [1.0, 0.0], args, "L-BFGS-B", True, bounds=bounds)
         temps[k], offsets[k] = 1.0 / res.x[0], res.x[1]
         survival = survival * expit(z[:, k] * res.x[0] + res.x[1])
     return temps, offsets

@@ -1,26 +1,28 @@
-"""Issue 16: how far does one training run of the same recipe land from another? markov on the
+"""Issue 16: does training the same recipe again give the same drafter? markov on the
 361k-token data trained again (2026-12-01, third session) after the first run's checkpoints
 were lost with the machine.
 
-What differs from the first run (run_v2f.sh, 2026-12-01 03:34-05:56 UTC): the data cache was
+What is the same as the first run (run_v2f.sh, 2026-12-01 03:34-05:56 UTC): the data cache
 built again with the same command (`dsim prepare-data --samples 5 --out .cache/dsim/data/s5
---shard K/2`, seed 0); training ran the same stages (2,000, then warm restarts to 4,000 and
-8,000) with the same seed, but alone on two torch threads (`KINDS=markov THREADS=2
-STAGES="2000 4000 8000" OUT=experiments/drafters/rerun bash run_v2f.sh`) instead of one thread
-beside other lanes, and without interruptions. Two threads change the order of floating-point
-sums, so the runs are expected to part ways; how far they land apart is what this measures.
+--shard K/2`, seed 0; the build is meant to be byte for byte the same), the stages (2,000, then
+warm restarts to 4,000 and 8,000), the seed, one torch thread, the collection settings. What
+differs: markov trains alone (`KINDS=markov STAGES="2000 4000 8000" OUT=experiments/drafters/rerun
+bash run_v2f.sh`), without the parallel lane beside it and without the first run's interruption
+at step 6,600 (resumed from the training state). Neither should change a single float on one
+thread, if training is deterministic.
 
 Rule, fixed before any result (committed with this script, before the rerun's first stage
-ended):
-- For 4,000 and 8,000 steps, where the rerun's held-out trace exists: tau and first-position
-  acceptance of both runs, and tau(rerun) - tau(first) with the paired 90% bootstrap over
-  sequences (analyze.tau_difference). Whether the two traces are identical row for row.
-- Reading: this is one pair of runs, so it is one draw of the run-to-run spread, not its size.
-  If the difference's interval excludes 0, the rows of data300k.md and steps8000.md (one
-  training run each) understate their uncertainty, and their small differences must be read
-  with that in mind; if it does not, the pair gives no sign of it.
-- The rerun does not replace the committed data300k/ traces, and nothing is promoted: by
-  data300k.py's rule the new drafters replace the shipped ones only all three together.
+ended; amended before that stage began, from two threads to one, so that it tests exact
+reproduction rather than sampling one draw of the run-to-run spread):
+- For 4,000 and 8,000 steps, where the rerun's held-out trace exists: whether the two traces
+  are identical row for row; tau and first-position acceptance of both runs, and tau(rerun) -
+  tau(first) with the paired 90% bootstrap over sequences (analyze.tau_difference).
+- Identical at 8,000 steps: the rerun's checkpoint is the lost one, recovered; it is committed as
+  data300k/markov-8000.pt, beside the trace it made. Not identical: training is not
+  reproducible here, the difference is one draw of the run-to-run spread, and the rerun's
+  checkpoint stays in rerun/ beside its own trace.
+- Nothing is promoted: by data300k.py's rule the new drafters replace the shipped ones only all
+  three together.
 Usage: python experiments/drafters/rerun.py   (writes rerun.md and rerun.json)
 """
 

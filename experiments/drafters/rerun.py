@@ -23,6 +23,13 @@ reproduction rather than sampling one draw of the run-to-run spread):
   checkpoint stays in rerun/ beside its own trace.
 - Nothing is promoted: by data300k.py's rule the new drafters replace the shipped ones only all
   three together.
+Observed before any result (11:20 UTC, the rebuilt data, the first stage under way): the
+rebuilt cache holds 363,243 answer tokens in 2,765 answers (the 2,000-step checkpoint's meta),
+against the 361,643 recorded for the first build. Two of its batches (0 and 91) built again
+alone came out byte for byte the same, so the build is deterministic today, and the first
+build differed in some batches (how is not known; it ran interrupted across two sessions, and
+its cache is gone). So identical traces are no longer expected, and a difference mixes data
+(0.4% of the tokens) and training.
 Usage: python experiments/drafters/rerun.py   (writes rerun.md and rerun.json)
 """
 

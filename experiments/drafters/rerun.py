@@ -30,6 +30,11 @@ alone came out byte for byte the same, so the build is deterministic today, and 
 build differed in some batches (how is not known; it ran interrupted across two sessions, and
 its cache is gone). So identical traces are no longer expected, and a difference mixes data
 (0.4% of the tokens) and training.
+Amended before any result (11:32 UTC, at step 1,600 of the first stage): since identical
+traces are no longer expected, and one thread (0.84 s/step so far) would not finish 8,000 steps
+and two collections inside the session, the run continues from its last saved state on two
+threads (`THREADS=2`). The rerun is then one more draw of the run-to-run spread (other data in
+0.4% of the tokens, other float order), read as the rule above says for "not identical".
 Usage: python experiments/drafters/rerun.py   (writes rerun.md and rerun.json)
 """
 

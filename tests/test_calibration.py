@@ -18,6 +18,7 @@ from dsim.acceptance.calibration import (
     fit_platt,
     fit_sts,
     position_metrics,
+    prefix_labels,
     split_by_sequence,
 )
 from dsim.acceptance.replay import TraceAcceptance
@@ -77,7 +78,7 @@ def test_platt_removes_a_bias_that_sts_cannot():
     temps, offsets = fit_platt(biased[~held], accepted[~held])
     np.testing.assert_allclose(temps, TRUE_T, rtol=0.10)
     np.testing.assert_allclose(offsets, -1.0 / TRUE_T, atol=0.05)
-    labels = np.asarray(accepted)[:, None] >= np.arange(1, 4)
+    labels = prefix_labels(accepted, 3)
     platt = np.cumprod(apply_temperatures(biased[held], temps, offsets), axis=1)
     sts = np.cumprod(apply_temperatures(biased[held], fit_sts(biased[~held], accepted[~held])), 1)
     for k in range(3):

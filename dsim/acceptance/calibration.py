@@ -1,4 +1,5 @@
-"""Sequential Temperature Scaling of conditional confidences, and its metrics.
+"""Sequential Temperature Scaling of conditional confidences, and its metrics; `fit_platt`
+adds an offset per position (an experiment's alternative, not used by the CLI).
 
 Method: docs/design.md, Sequential Temperature Scaling (STS).
 

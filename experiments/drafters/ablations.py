@@ -11,11 +11,10 @@ Usage: python experiments/drafters/ablations.py   (writes ablations.md and ablat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
-from analyze import difference_cell, tau_difference, trace_at
+from analyze import difference_cell, tau_difference, trace_at, write_report
 
 from dsim.acceptance.trace import read_acceptance_trace
 
@@ -69,9 +68,7 @@ def main() -> None:
             f"{diff} |"
         )
     text = "\n".join(lines) + "\n"
-    (HERE / "ablations.md").write_text(text)
-    (HERE / "ablations.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(text)
+    write_report("ablations", text, out)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,13 @@ def first_position_gap(df: pd.DataFrame) -> float:
     return float(df["conf_1"].mean() - (df["accepted"] >= 1).mean())
 
 
+def write_report(stem: str, text: str, results: dict) -> None:
+    """An experiment's report: HERE/STEM.md (the table) and HERE/STEM.json (its numbers)."""
+    (HERE / f"{stem}.md").write_text(text)
+    (HERE / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(text)
+
+
 def difference_cell(d: dict[str, float]) -> str:
     """A `tau_difference` as a table cell: point [90% interval]."""
     return f"{d['difference']:+.3f} [{d['lo90']:+.3f}, {d['hi90']:+.3f}]"

@@ -23,7 +23,6 @@ Usage: python experiments/drafters/data300k.py   (writes data300k.md and data300
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ from analyze import (
     first_position_gap,
     tau_difference,
     trace_at,
+    write_report,
 )
 
 from dsim.acceptance.calibration import fit_sts, position_metrics, split_by_sequence
@@ -104,9 +104,7 @@ def main() -> None:
         lines += [""] + [f"- {pair} on 300k: {difference_cell(d)}" for pair, d in claims.items()]
         lines.append("")
     text = "\n".join(lines) + "\n"
-    (HERE / "data300k.md").write_text(text)
-    (HERE / "data300k.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(text)
+    write_report("data300k", text, out)
 
 
 if __name__ == "__main__":

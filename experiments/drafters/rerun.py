@@ -40,12 +40,11 @@ Usage: python experiments/drafters/rerun.py   (writes rerun.md and rerun.json)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 from ablations import summary
-from analyze import difference_cell, tau_difference
+from analyze import difference_cell, tau_difference, write_report
 
 HERE = Path(__file__).resolve().parent
 STAGES = (4000, 8000)
@@ -75,9 +74,7 @@ def main() -> None:
             f"{a['first_position']:.3f} -> {b['first_position']:.3f} | {same} |"
         )
     text = "\n".join(lines) + "\n"
-    (HERE / "rerun.md").write_text(text)
-    (HERE / "rerun.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(text)
+    write_report("rerun", text, out)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ Usage: python experiments/drafters/steps8000.py   (writes steps8000.md and steps
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ablations import summary
-from analyze import PAIRS, SHIPPED_8000, difference_cell, tau_difference, trace_at
+from analyze import PAIRS, SHIPPED_8000, difference_cell, tau_difference, trace_at, write_report
 
 HERE = Path(__file__).resolve().parent
 BEFORE = "7477b1b"  # the 4,000-step traces
@@ -76,9 +75,7 @@ def main() -> None:
             f"{'met' if met else 'missed'}."
         )
     text = "\n".join(lines) + "\n"
-    (HERE / "steps8000.md").write_text(text)
-    (HERE / "steps8000.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(text)
+    write_report("steps8000", text, out)
 
 
 if __name__ == "__main__":

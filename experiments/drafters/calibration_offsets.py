@@ -68,9 +68,11 @@ def traces() -> dict[str, Path]:
 
 def out_of_fold(conf: np.ndarray, accepted: np.ndarray, seq: np.ndarray) -> dict[str, np.ndarray]:
     """Prefix survival per method (N x gamma), each fold's rounds from the other folds' fit."""
-    ids = np.random.default_rng(0).permutation(np.unique(seq))
-    fold_of = dict(zip(ids, np.arange(len(ids)) * FOLDS // len(ids), strict=True))
-    fold = np.array([fold_of[s] for s in seq])  # (N,)
+    _, inverse = np.unique(seq, return_inverse=True)  # (N,) sequence index of each round
+    n = inverse.max() + 1
+    fold_of = np.empty(n, np.int64)
+    fold_of[np.random.default_rng(0).permutation(n)] = np.arange(n) * FOLDS // n
+    fold = fold_of[inverse]  # (N,)
     calibrated = {"sts": np.empty_like(conf), "platt": np.empty_like(conf)}
     for f in range(FOLDS):
         fit, own = fold != f, fold == f

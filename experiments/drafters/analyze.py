@@ -144,18 +144,27 @@ def plot_conditional(cond: pd.DataFrame, path: Path) -> None:
 
 
 def drafter_latency(kinds: list[str], reps: int = 30) -> pd.DataFrame:
-    """Median wall time of one `draft` call (gamma tokens) at batch 1 and 16, 1 CPU thread."""
+    """The shipped drafters' draft times (`draft_times`) and the target's verify times."""
+    from dsim.models.target import load_target
+
+    target = load_target()
+    rows = draft_times({kind: REPO / "drafters" / f"{kind}.pt" for kind in kinds}, target, reps)
+    rows += verify_latency(target, reps)
+    return pd.DataFrame(rows)
+
+
+def draft_times(files: dict[str, Path], target, reps: int = 30) -> list[dict]:
+    """Median wall time of one `draft` call (gamma tokens) at batch 1 and 16, 1 CPU thread,
+    per named checkpoint."""
     import torch
 
     from dsim.models.checkpoint import load_drafter
     from dsim.models.drafters import time_draft
-    from dsim.models.target import load_target
 
     torch.set_num_threads(1)
-    target = load_target()
     rows = []
-    for kind in kinds:
-        drafter = load_drafter(REPO / "drafters" / f"{kind}.pt", target)
+    for kind, path in files.items():
+        drafter = load_drafter(path, target)
         for batch in (1, 16):
             times = time_draft(drafter, target.hidden_size, batch, reps)
             rows.append(
@@ -168,8 +177,7 @@ def drafter_latency(kinds: list[str], reps: int = 30) -> pd.DataFrame:
                     "p90_ms": 1e3 * float(np.percentile(times, 90)),
                 }
             )
-    rows += verify_latency(target, reps)
-    return pd.DataFrame(rows)
+    return rows
 
 
 def verify_latency(target, reps: int, context: int = 256) -> list[dict]:

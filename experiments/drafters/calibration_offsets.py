@@ -66,12 +66,15 @@ def traces() -> dict[str, Path]:
     return named
 
 
-def out_of_fold(conf: np.ndarray, accepted: np.ndarray, seq: np.ndarray) -> dict[str, np.ndarray]:
-    """Prefix survival per method (N x gamma), each fold's rounds from the other folds' fit."""
+def out_of_fold(
+    conf: np.ndarray, accepted: np.ndarray, seq: np.ndarray, split: int = 0
+) -> dict[str, np.ndarray]:
+    """Prefix survival per method (N x gamma), each fold's rounds from the other folds' fit;
+    `split` seeds the permutation that cuts the sequences into folds."""
     _, inverse = np.unique(seq, return_inverse=True)  # (N,) sequence index of each round
     n = inverse.max() + 1
     fold_of = np.empty(n, np.int64)
-    fold_of[np.random.default_rng(0).permutation(n)] = np.arange(n) * FOLDS // n
+    fold_of[np.random.default_rng(split).permutation(n)] = np.arange(n) * FOLDS // n
     fold = fold_of[inverse]  # (N,)
     calibrated = {"sts": np.empty_like(conf), "platt": np.empty_like(conf)}
     for f in range(FOLDS):

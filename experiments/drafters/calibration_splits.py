@@ -28,20 +28,22 @@ from dsim.acceptance.trace import conf_columns, read_acceptance_trace, trace_gam
 SPLITS = range(10)
 
 
-def split_eces(path) -> dict[str, np.ndarray]:
-    """(split, position) ECE of STS and of Platt at VERDICT_POSITIONS."""
+def split_eces(path) -> tuple[tuple[int, ...], dict[str, np.ndarray]]:
+    """The trace's VERDICT_POSITIONS (mtp1 drafts 1) and (split, position) ECE of STS and of
+    Platt at them."""
     df, _ = read_acceptance_trace(path)
     gamma = trace_gamma(df)
     conf = df[conf_columns(gamma)].to_numpy(np.float64)
     accepted = df["accepted"].to_numpy(np.int64)
     labels = prefix_labels(accepted, gamma)
-    out = {m: np.empty((len(SPLITS), len(VERDICT_POSITIONS))) for m in ("sts", "platt")}
+    positions = tuple(k for k in VERDICT_POSITIONS if k <= gamma)
+    out = {m: np.empty((len(SPLITS), len(positions))) for m in ("sts", "platt")}
     for i, split in enumerate(SPLITS):
         survival = out_of_fold(conf, accepted, df["seq_id"].to_numpy(), split)
-        for j, k in enumerate(VERDICT_POSITIONS):
+        for j, k in enumerate(positions):
             for m in out:
                 out[m][i, j] = ece(survival[m][:, k - 1], labels[:, k - 1])
-    return out
+    return positions, out
 
 
 def main() -> None:
@@ -54,10 +56,10 @@ def main() -> None:
         "| --- | --- | --- | --- | --- |",
     ]
     for name, path in traces().items():
-        e = split_eces(path)
-        results[name] = {m: v.tolist() for m, v in e.items()}
+        positions, e = split_eces(path)
+        results[name] = {"positions": positions} | {m: v.tolist() for m, v in e.items()}
         below = (e["platt"] < e["sts"]).sum(axis=0)
-        for j, k in enumerate(VERDICT_POSITIONS):
+        for j, k in enumerate(positions):
             s, p = 100 * e["sts"][:, j], 100 * e["platt"][:, j]
             lines.append(
                 f"| {name} | {k} | {s.min():.1f} - {s.max():.1f} | {p.min():.1f} - {p.max():.1f} "

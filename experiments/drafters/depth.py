@@ -30,7 +30,7 @@ either trace exists):
 - Nothing is shipped from this: a change of the shipped drafters needs parallel and ar under the
   same budget (issue 16: same recipe and budget for the three), and the ar block is one layer by
   design. One training run per depth.
-Amended after the seed-0 results, before any seed-1 run (14:15 UTC): the seed-0 gain at
+Amended after the seed-0 results, before any seed-1 run (14:09 UTC): the seed-0 gain at
 2,000 steps (+0.039) only just cleared the bar, and the spread over training seeds has never
 been measured here. So both depths are trained again to 2,000 steps with seed 1 (`SEED=1
 LAYERS="2 4" THREADS=1 bash run_depth.sh`, two lanes of one thread; the seed sets the

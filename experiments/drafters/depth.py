@@ -38,7 +38,8 @@ initialisation and the batch draws). Reported: per seed the 4 - 2 difference; pe
 tau(seed 1) - tau(seed 0), the seed-to-seed spread, with its interval. Reading: the 2,000-step
 gain replicates if seed 1's 4 - 2 interval also lies above 0; if either depth's seed-to-seed
 difference exceeds the seed-0 gain (0.039) in size, that gain is within training-seed spread.
-Usage: python experiments/drafters/depth.py   (writes depth.md and depth.json)
+Usage: python experiments/drafters/depth.py   (writes depth.md and depth.json; the draft times
+load the 4-layer checkpoints from runs/depth/, which are not committed)
 """
 
 from __future__ import annotations

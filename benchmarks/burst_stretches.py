@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
-TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+from bench_sim import TRACE  # the same whole-trace run as the speed benchmark
 
 
 def stretch_lengths(same: np.ndarray) -> np.ndarray:

@@ -9,10 +9,7 @@ R x gamma conditional confidences, `sps(B)` the steps per second of a round that
 `drafts` says whether the policy runs the drafter at all (no drafter cost for `ar`);
 `synchronous` whether it needs this round's confidences on the host before the verify pass can
 be launched (it then pays the engine's per-round scheduling cost); an optional
-`observe(lengths, accepted)` receives each round's outcome; an optional `row_wise = True` says
-that a row's length depends on that row's confidences and truth alone (not on SPS, the batch or
-earlier rounds), so the engine may ask for several rounds at once, their rows stacked, with
-`sps` None (`dsim.engine.burst`). docs/policies.md has the protocol.
+`observe(lengths, accepted)` receives each round's outcome. docs/policies.md has the protocol.
 
 Lossless rule: for every policy but the oracle, whether draft j of a request is verified never
 depends on that request's confidences of drafts j+1..gamma (they are computed from draft j).
@@ -172,7 +169,6 @@ class Fixed:
     k: int
     name: str
     synchronous: bool = False
-    row_wise: bool = True
     _made: dict = field(default_factory=dict, repr=False)  # (rows, gamma) -> lengths
 
     @property
@@ -198,7 +194,6 @@ class Threshold:
     name: str
     drafts: bool = True
     synchronous: bool = True
-    row_wise: bool = True
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return (np.cumprod(conf, axis=1) >= self.h).sum(axis=1).astype(np.int64)
@@ -322,7 +317,6 @@ class Oracle:
     name: str = "oracle"
     drafts: bool = True
     synchronous: bool = False
-    row_wise: bool = True
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         return np.minimum(truth, conf.shape[1]).astype(np.int64)

@@ -63,12 +63,11 @@ class RunSpec:
     kv_link_gbps: float = 400.0
     kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
     fused_prefill: bool = True  # False: an engine that runs prefill as its own pass (real mode)
-    rounds_per_pass: int = 8  # most decode rounds per engine pass (dsim.engine.burst); 1: none
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);
         the topology's own settings are checked by `check_topology`."""
-        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk", "rounds_per_pass"):
+        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
             check_number(getattr(self, name), name, ge=1, integer=True)
         check_number(self.seed, "seed", ge=0, integer=True)
         check_number(self.rate_scale, "rate_scale", gt=0)
@@ -163,7 +162,6 @@ def run_engine(
         prefill_chunk=spec.prefill_chunk,
         fused_prefill=spec.fused_prefill,
         sched=parse_sched_cost(spec.sched_cost),
-        rounds_per_pass=spec.rounds_per_pass,
     )
     latency = LatencyModel.from_csv(spec.profile)
     draft_cost = parse_draft_cost(spec.draft_cost, drafter_kind(spec.policy, spec.drafter_kind))

@@ -46,9 +46,6 @@ SCHED_COST = typer.Option(
     "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
 )
 PROGRESS = typer.Option(True, help="Show a progress bar.")
-ROUNDS_PER_PASS = typer.Option(
-    8, help="Most decode rounds the engine runs in one pass (1: round by round; same statistics)."
-)
 REPLICAS = typer.Option(
     1, help="Replicas behind the router, each its own engine (docs/cluster.md)."
 )
@@ -97,7 +94,6 @@ def register(app: typer.Typer) -> None:
         disagg: str | None = DISAGG,
         kv_link_gbps: float = KV_LINK_GBPS,
         kv_bytes_per_token: float | None = KV_BYTES,
-        rounds_per_pass: int = ROUNDS_PER_PASS,
         progress: bool = PROGRESS,
     ) -> None:
         """Simulate replicas serving a trace under a verification policy."""
@@ -124,7 +120,6 @@ def register(app: typer.Typer) -> None:
             disagg=disagg,
             kv_link_gbps=kv_link_gbps,
             kv_bytes_per_token=kv_bytes_per_token,
-            rounds_per_pass=rounds_per_pass,
         )
         if out is not None:
             check_output_dir(out, RUN_OWNER)  # before the work, not after it

@@ -77,44 +77,21 @@ class ParametricAcceptance:
         if self.rho and self.spread:
             self._noise = rng.normal(0.0, self.spread, size=self._z.shape)
 
-    @property
-    def memoryless(self) -> bool:
-        """No round's draws carry over to the next (no AR(1) round noise), so several rounds
-        can be drawn at once (`draw_rounds`)."""
-        return not (self.rho and self.spread)
-
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        return self._draw(idx, rng, (len(idx), self.gamma))
-
-    def draw_rounds(
-        self, idx: np.ndarray, rng: np.random.Generator, rounds: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`rounds` rounds of `draw` for the same requests in one set of calls (memoryless
-        only): confidences (rounds, R, gamma) and true prefixes (rounds, R)."""
-        if not self.memoryless:
-            raise ValueError("draw_rounds needs a memoryless source (rho = 0)")
-        return self._draw(idx, rng, (rounds, len(idx), self.gamma))
-
-    def _draw(
-        self, idx: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Confidences and true prefixes of `shape` ([rounds,] R, gamma), the simulator's
-        hottest call: `take` gathers rows ~4x faster than fancy indexing, and spread * standard
-        normals are bit for bit rng.normal(0, spread) (a spread of 1, the presets', needs no
-        product)."""
-        z0 = self._z.take(idx, axis=0)  # (R, gamma) latent logits
+        # The simulator's hottest call: `take` gathers rows ~4x faster than fancy indexing, and
+        # spread * standard normals are bit for bit rng.normal(0, spread) (a spread of 1, the
+        # presets', needs no product).
+        z = self._z.take(idx, axis=0)
         if self.spread:
-            z = rng.standard_normal(shape)
+            noise = rng.standard_normal(z.shape)
             if self.spread != 1.0:
-                z *= self.spread
+                noise *= self.spread
             if self.rho:
-                z = self.rho * self._noise[idx] + np.sqrt(1.0 - self.rho**2) * z
-                self._noise[idx] = z
-            z += z0  # noise + latent, broadcast over rounds
-        else:
-            z = np.broadcast_to(z0, shape)
+                noise = self.rho * self._noise[idx] + np.sqrt(1.0 - self.rho**2) * noise
+                self._noise[idx] = noise
+            z += noise
         p = expit(z)
-        accepted = self._prefix(rng.random(shape), p)
+        accepted = self._prefix(rng.random(z.shape), p)
         conf = p if self.overconf == 1.0 else expit(self.overconf * z)
         return conf, accepted
 

@@ -20,11 +20,10 @@ class PrefixCounter:
         self._verdicts: dict[tuple[int, ...], np.ndarray] = {}
 
     def __call__(self, uniform: np.ndarray, prob: np.ndarray) -> np.ndarray:
-        """Per row (along the last axis), how many of its first entries have uniform < prob
-        (int64, the shape of the leading axes)."""
+        """Per row, how many of its first entries have uniform < prob (int64)."""
         ok = self._verdicts.get(uniform.shape)
         if ok is None:
-            ok = np.zeros((*uniform.shape[:-1], uniform.shape[-1] + 1), dtype=bool)
+            ok = np.zeros((uniform.shape[0], uniform.shape[1] + 1), dtype=bool)
             self._verdicts[uniform.shape] = ok
-        np.less(uniform, prob, out=ok[..., :-1])
-        return ok.argmin(axis=-1)
+        np.less(uniform, prob, out=ok[:, :-1])
+        return ok.argmin(axis=1)

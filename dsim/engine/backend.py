@@ -49,8 +49,6 @@ class Simulated:
         self.gamma = source.gamma
         self.bind = source.bind
         self.draw = source.draw
-        # several rounds at once, where no round's draws carry over to the next (engine bursts)
-        self.draw_rounds = source.draw_rounds if getattr(source, "memoryless", False) else None
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray

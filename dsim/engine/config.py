@@ -24,11 +24,9 @@ class EngineConfig:
     prefill_chunk: int = 2048
     fused_prefill: bool = True
     sched: SchedCost = field(default_factory=lambda: SchedCost())
-    rounds_per_pass: int = 8  # most decode rounds in one burst (dsim.engine.burst); 1: none
 
     def __post_init__(self) -> None:
-        names = ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk", "rounds_per_pass")
-        for name in names:
+        for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
 

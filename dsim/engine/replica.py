@@ -34,14 +34,13 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from dsim.engine import burst
 from dsim.engine.backend import Backend
 from dsim.engine.clock import Clock, ProfileClock, WallClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
-from dsim.hardware.latency import LatencyModel, StepPrice, StepRate
+from dsim.hardware.latency import LatencyModel, StepRate
 from dsim.workload import Workload
 
 # Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
@@ -114,15 +113,6 @@ class Replica:
         bs = cfg.block_size
         self.block_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else None
         self.steps = StepRecorder()
-        # several rounds per pass where nothing can change the batch (dsim.engine.burst)
-        self.bursts = (
-            cfg.rounds_per_pass > 1
-            and getattr(policy, "row_wise", False)
-            and self.observe is None
-            and getattr(backend, "draw_rounds", None) is not None
-            and isinstance(self.clock, ProfileClock)
-        )
-        self.last_step_s = math.inf  # the latest step's latency, to size the next burst
         self._plan: tuple = ()  # what the step in flight commits when it ends
         self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
         self._check_fits()
@@ -283,14 +273,6 @@ class Replica:
             for e, t in zip(self.prefilling, takes, strict=False)  # takes: a prefix
         )
 
-    def before_verify_s(self, r: int, ctx: float, price: StepPrice) -> float:
-        """Seconds a round over r rows of mean context ctx spends before its verify pass: the
-        drafter's and, for a synchronous policy, the host's schedule (the verify pass waits)."""
-        draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price) if self.drafts else 0.0
-        if self.synchronous:
-            draft_s += self.cfg.sched.seconds(r)
-        return draft_s
-
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
         started = self.clock.start()
@@ -310,7 +292,10 @@ class Replica:
         if r:
             ids = self.ids
             conf, truth = self.backend.draw(ids, self.rng)
-            draft_s = self.before_verify_s(r, ctx, price)
+            if self.drafts:
+                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
+            if self.synchronous:  # the verify pass waits for the host's schedule
+                draft_s += self.cfg.sched.seconds(r)
             lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
             emitted, stop = self.backend.verify(ids, lengths, truth)
             if self.observe is not None:
@@ -395,40 +380,6 @@ class Replica:
             rec.replica[i] = self.index
             rec.finished += 1
 
-    # -- several rounds per pass --------------------------------------------------------------
-    def _burst(self, t: float, until: float) -> float | None:
-        """Run a burst of decode rounds from time t where one can run (`dsim.engine.burst`;
-        `until`: the next event of another process): the end of its last round, or None, and
-        then `step` plans one round as usual."""
-        if self.waiting:
-            self._admit()
-        if self.prefilling or not self.running:
-            return None
-        k = self.cfg.rounds_per_pass
-        if until < math.inf:  # about as many rounds as fit before the next event
-            k = min(k, int((until - t) / self.last_step_s))
-        if k < 2:
-            return None
-        b = burst.plan(self, t, until, k)
-        if b is None:
-            return None
-        for row in b.log:
-            self.steps.add(*row)
-        self.blocks = b.blocks
-        self.used_blocks = b.kv_used
-        self.batch_blocks = total(b.blocks)
-        if b.rounds > 1:  # the rounds before the last: no request reaches its cap in them
-            emitted = b.emitted[:-1].sum(axis=0)
-            n = total(emitted)
-            self.work -= n
-            self.batch_ctx += n
-            self.left -= emitted
-            self.verified += b.lengths[:-1].sum(axis=0)
-            self.rounds += b.rounds - 1
-        self.last_step_s = b.log[-1][1]
-        self._commit_decode(b.lengths[-1], b.emitted[-1], None, b.end)
-        return b.end
-
     # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):
         """The simpy process: step while there is work, sleep until a request is pushed.
@@ -440,32 +391,26 @@ class Replica:
         at a step's end is admitted by the next step. Idle, it first brings simpy's time up to
         `t` (so env.now ends at the last step's end), then waits to be woken by `arrive`.
         """
-        t, stalled, report_at = env.now, 0, PROGRESS_EVERY
+        t, stalled = env.now, 0
         while True:
-            end = self._burst(t, env.peek()) if self.bursts else None
-            if end is not None:
-                stalled = 0
-            else:
-                step_s = self.step(t)
-                if step_s is None:
-                    if t > env.now:
-                        yield env.timeout(delay_to(env.now, t))
-                    if not self.holds:
-                        self._wake = env.event()
-                        yield self._wake
-                    t = env.now
-                    continue
-                stalled = stalled + 1 if not step_s > 0 else 0  # NaN counts as no progress
-                if stalled > MAX_STALLED_STEPS or not math.isfinite(step_s) or step_s < 0:
-                    raise SimulationStuck(f"step of {step_s!r} s at t={t:g} s with {self._state()}")
-                end = t + step_s
-                if env.peek() <= end:
-                    yield env.timeout(delay_to(env.now, end))
-                self.last_step_s = step_s
-                self.commit(end)
+            step_s = self.step(t)
+            if step_s is None:
+                if t > env.now:
+                    yield env.timeout(delay_to(env.now, t))
+                if not self.holds:
+                    self._wake = env.event()
+                    yield self._wake
+                t = env.now
+                continue
+            stalled = stalled + 1 if not step_s > 0 else 0  # NaN counts as no progress
+            if stalled > MAX_STALLED_STEPS or not math.isfinite(step_s) or step_s < 0:
+                raise SimulationStuck(f"step of {step_s!r} s at t={t:g} s with {self._state()}")
+            end = t + step_s
+            if env.peek() <= end:
+                yield env.timeout(delay_to(env.now, end))
             t = end
-            if progress is not None and self.steps.count >= report_at:
-                report_at = self.steps.count + PROGRESS_EVERY
+            self.commit(t)
+            if progress is not None and self.steps.count % PROGRESS_EVERY == 0:
                 progress(self.rec.finished)
 
     def _state(self) -> str:

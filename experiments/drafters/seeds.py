@@ -32,6 +32,7 @@ Usage: python experiments/drafters/seeds.py   (writes seeds.md and seeds.json)
 
 from __future__ import annotations
 
+import depth
 import pandas as pd
 from ablations import summary
 from analyze import HERE, difference_cell, tau_difference, write_report
@@ -42,7 +43,7 @@ SEEDS = (0, 1)
 def trace(kind: str, seed: int):
     if kind == "ar":
         return HERE / "seeds" / f"ar-s{seed}-2000.parquet"
-    return HERE / "depth" / f"markov-L2{'-s1' if seed else ''}-2000.parquet"  # depth.py's
+    return depth.trace(2, 2000, seed)  # depth.py's 2-layer markov runs
 
 
 def main() -> None:

@@ -7,20 +7,6 @@ import pandas as pd
 
 from dsim.engine.steplog import StepLog
 
-REQUEST_COLUMNS = (
-    "request_id",
-    "arrival_s",
-    "first_token_s",
-    "finish_s",
-    "prompt_tokens",
-    "output_tokens",
-    "rounds",
-    "verified_drafts",
-    "accepted_drafts",
-    "preemptions",
-    "replica",
-)
-
 
 def per_user(requests: pd.DataFrame) -> pd.DataFrame:
     """TTFT, TPOT and per-user speed; TPOT and speed are NaN for one-token outputs."""

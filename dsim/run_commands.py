@@ -9,50 +9,48 @@ import typer
 
 from dsim.fileio import check_output_dir
 from dsim.report import console, progress_bar, summary_table
-from dsim.run import (
-    DEFAULT_ACCEPTANCE,
-    DEFAULT_PROFILE,
-    DEFAULT_TRACE,
-    RUN_OWNER,
-    RunResult,
-    RunSpec,
-    simulate,
-    write_run,
-)
+from dsim.run import RUN_OWNER, RunResult, simulate, write_run
+from dsim.run_spec import RunSpec, default
+
+
+def option(field: str, help: str):
+    """A `dsim run` / `dsim serve` option for RunSpec field `field`, with the spec's default."""
+    return typer.Option(default(field), help=help)
+
 
 # Options both commands take, with one spelling and one help text.
-TRACE = typer.Option(DEFAULT_TRACE, help="Arrival trace file or synthetic:KEY=V,...")
-PROFILE = typer.Option(DEFAULT_PROFILE, help="Hardware load profile CSV of the target.")
-POLICY = typer.Option(
-    "dspark",
-    help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
+TRACE = option("trace", "Arrival trace file or synthetic:KEY=V,...")
+PROFILE = option("profile", "Hardware load profile CSV of the target.")
+POLICY = option(
+    "policy",
+    "ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
     "MODULE:CLASS | FILE.py:CLASS (docs/policies.md)",
 )
-SEED = typer.Option(0, help="Random seed (same seed, same bytes).")
-WINDOW = typer.Option(None, help="Keep arrivals in START:END seconds.")
-RATE_SCALE = typer.Option(1.0, help="Scale the arrival rate (2 = twice the load).")
-MAX_REQUESTS = typer.Option(None, help="Keep only the first N requests.")
-MAX_SEQS = typer.Option(256, help="Concurrent requests cap.")
-KV_TOKENS = typer.Option(500_000, help="KV-cache budget in tokens (16-token blocks).")
-PREFILL_CHUNK = typer.Option(2048, help="Prefill tokens per step (chunked prefill).")
-DRAFT_COST = typer.Option(
-    "ratio:0.1", help="Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV."
+SEED = option("seed", "Random seed (same seed, same bytes).")
+WINDOW = option("window", "Keep arrivals in START:END seconds.")
+RATE_SCALE = option("rate_scale", "Scale the arrival rate (2 = twice the load).")
+MAX_REQUESTS = option("max_requests", "Keep only the first N requests.")
+MAX_SEQS = option("max_seqs", "Concurrent requests cap.")
+KV_TOKENS = option("kv_tokens", "KV-cache budget in tokens (16-token blocks).")
+PREFILL_CHUNK = option("prefill_chunk", "Prefill tokens per step (chunked prefill).")
+DRAFT_COST = option(
+    "draft_cost", "Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV."
 )
-DRAFTER_KIND = typer.Option(
-    "auto", help="auto (mtp1: MTP-1 head, else block) | block | ar: how a round's passes go."
+DRAFTER_KIND = option(
+    "drafter_kind", "auto (mtp1: MTP-1 head, else block) | block | ar: how a round's passes go."
 )
-SLA_TPS = typer.Option(None, help="Per-user tok/s the schedulers must keep.")
-SCHED_COST = typer.Option(
-    "auto", help="Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
+SLA_TPS = option("sla_tps", "Per-user tok/s the schedulers must keep.")
+SCHED_COST = option(
+    "sched_cost", "Synchronous schedulers' per-round cost: auto | auto:F | SECONDS."
 )
 PROGRESS = typer.Option(True, help="Show a progress bar.")
-REPLICAS = typer.Option(
-    1, help="Replicas behind the router, each its own engine (docs/cluster.md)."
+REPLICAS = option("replicas", "Replicas behind the router, each its own engine (docs/cluster.md).")
+ROUTER = option("router", "round-robin | least-loaded | kv-aware")
+DISAGG = option("disagg", "P:D prefill-only and decode replicas (replaces --replicas).")
+KV_LINK_GBPS = option("kv_link_gbps", "Prefill-to-decode KV link bandwidth, Gbit/s (--disagg).")
+KV_BYTES = option(
+    "kv_bytes_per_token", "KV bytes per token (default: the profile sidecar's model)."
 )
-ROUTER = typer.Option("round-robin", help="round-robin | least-loaded | kv-aware")
-DISAGG = typer.Option(None, help="P:D prefill-only and decode replicas (replaces --replicas).")
-KV_LINK_GBPS = typer.Option(400.0, help="Prefill-to-decode KV link bandwidth, Gbit/s (--disagg).")
-KV_BYTES = typer.Option(None, help="KV bytes per token (default: the profile sidecar's model).")
 
 
 def show(result: RunResult, title: str) -> None:
@@ -67,12 +65,12 @@ def register(app: typer.Typer) -> None:
     def run_cmd(
         trace: str = TRACE,
         profile: str = PROFILE,
-        acceptance: str = typer.Option(
-            DEFAULT_ACCEPTANCE,
-            help="iid:A | positions:Q1,.. | preset:DRAFTER:DOMAIN | vllm:SCRAPE | mix:.. | FILE",
+        acceptance: str = option(
+            "acceptance",
+            "iid:A | positions:Q1,.. | preset:DRAFTER:DOMAIN | vllm:SCRAPE | mix:.. | FILE",
         ),
         policy: str = POLICY,
-        gamma: int = typer.Option(7, help="Drafts proposed per round."),
+        gamma: int = option("gamma", "Drafts proposed per round."),
         seed: int = SEED,
         window: str | None = WINDOW,
         rate_scale: float = RATE_SCALE,
@@ -84,9 +82,9 @@ def register(app: typer.Typer) -> None:
         drafter_kind: str = DRAFTER_KIND,
         sla_tps: float | None = SLA_TPS,
         sched_cost: str = SCHED_COST,
-        calibration: str | None = typer.Option(
-            None,
-            help="STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
+        calibration: str | None = option(
+            "calibration",
+            "STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",
         ),
         out: Path | None = typer.Option(None, help="Write requests.parquet and summary.json here."),
         replicas: int = REPLICAS,
@@ -98,21 +96,21 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate replicas serving a trace under a verification policy."""
         spec = RunSpec(
-            trace,
-            profile,
-            acceptance,
-            policy,
-            gamma,
-            seed,
-            window,
-            rate_scale,
-            max_requests,
-            max_seqs,
-            kv_tokens,
-            prefill_chunk,
-            draft_cost,
-            sla_tps,
-            calibration,
+            trace=trace,
+            profile=profile,
+            acceptance=acceptance,
+            policy=policy,
+            gamma=gamma,
+            seed=seed,
+            window=window,
+            rate_scale=rate_scale,
+            max_requests=max_requests,
+            max_seqs=max_seqs,
+            kv_tokens=kv_tokens,
+            prefill_chunk=prefill_chunk,
+            draft_cost=draft_cost,
+            sla_tps=sla_tps,
+            calibration=calibration,
             sched_cost=sched_cost,
             drafter_kind=drafter_kind,
             replicas=replicas,

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dsim.checks import check_number, parse_number
+from dsim import spec_grammar
+from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.tables import check_sorted, numeric_column, read_table, require_columns
 
@@ -113,16 +114,6 @@ def load_trace(path: str | Path) -> Workload:
     )
 
 
-def _parse_kv(spec: str, body: str) -> dict[str, str]:
-    out = {}
-    for part in filter(None, body.split(",")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise InputError(None, None, f"trace spec {spec!r}: expected key=value, got {part!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 _SYNTH_DEFAULTS = {
     "rate": "4",
     "cv": "1",
@@ -139,18 +130,17 @@ def synthetic(spec: str, seed: int) -> Workload:
     Arrivals are a renewal process with Gamma inter-arrival times (cv=1 is Poisson, cv>1 bursty);
     lengths are lognormal with the given means and log-sigma, or resampled from a trace file.
     """
-    opts = {**_SYNTH_DEFAULTS, **_parse_kv(spec, spec.partition(":")[2])}
-    unknown = set(opts) - set(_SYNTH_DEFAULTS) - {"n", "lengths"}
-    if unknown:
-        raise InputError(None, None, f"trace spec {spec!r}: unknown key(s) {sorted(unknown)}")
+    opts = spec_grammar.synthetic(spec, _SYNTH_DEFAULTS, ("n", "lengths"))
     name = f"trace spec {spec!r}:"
-    rate = parse_number(opts["rate"], f"{name} rate", gt=0)
-    cv = parse_number(opts["cv"], f"{name} cv", ge=1e-3, le=100)
-    duration = parse_number(opts["duration"], f"{name} duration", gt=0)
-    means = [parse_number(opts[k], f"{name} {k}", gt=0, le=1e9) for k in ("prompt", "output")]
-    sigma = parse_number(opts["sigma"], f"{name} sigma", ge=0, le=10)
+    rate = spec_grammar.number(opts["rate"], f"{name} rate", gt=0)
+    cv = spec_grammar.number(opts["cv"], f"{name} cv", ge=1e-3, le=100)
+    duration = spec_grammar.number(opts["duration"], f"{name} duration", gt=0)
+    means = [
+        spec_grammar.number(opts[k], f"{name} {k}", gt=0, le=1e9) for k in ("prompt", "output")
+    ]
+    sigma = spec_grammar.number(opts["sigma"], f"{name} sigma", ge=0, le=10)
     if "n" in opts:
-        n = int(parse_number(opts["n"], f"{name} n", integer=True, ge=1, le=MAX_REQUESTS))
+        n = int(spec_grammar.number(opts["n"], f"{name} n", integer=True, ge=1, le=MAX_REQUESTS))
     elif rate * duration > MAX_REQUESTS:  # checked before allocating anything
         raise InputError(None, None, f"{name} rate x duration is more than {MAX_REQUESTS} requests")
     else:

@@ -206,6 +206,7 @@ def test_backend_stop_flag_ends_a_request_early(tmp_path, flat):
     from dsim.acceptance.sources import parse_acceptance
     from dsim.engine.backend import Simulated
     from dsim.run import run_engine
+    from dsim.run_inputs import resolve_engine
     from dsim.workload import Workload
 
     class StopsRequestZeroInRoundTwo(Simulated):
@@ -219,6 +220,6 @@ def test_backend_stop_flag_ends_a_request_early(tmp_path, flat):
     workload = Workload(np.zeros(2), np.array([10, 10]), np.array([40, 40]), "test")
     backend = StopsRequestZeroInRoundTwo(parse_acceptance("iid:1.0", 3))
     spec = RunSpec(profile=flat, policy="fixed:3", gamma=3, draft_cost="0")
-    req = run_engine(spec, workload, backend).requests
+    req = run_engine(resolve_engine(spec), workload, backend).requests
     assert req["output_tokens"].tolist() == [1 + 2 * 4, 40]  # prefill token + two 4-token rounds
     assert req["rounds"].tolist() == [2, 10]

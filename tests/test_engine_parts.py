@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from conftest import ROOT
 
 from dsim.acceptance.prefix import PrefixCounter
 from dsim.acceptance.sources import parse_acceptance
@@ -17,7 +18,7 @@ from dsim.engine.replica import SHORT, Replica, total
 from dsim.engine.steplog import StepRecorder
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
-from dsim.run import DEFAULT_PROFILE, ROOT
+from dsim.run_spec import DEFAULT_PROFILE
 from dsim.workload import synthetic
 
 

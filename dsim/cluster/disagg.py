@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import simpy
@@ -20,22 +21,8 @@ from dsim.cluster.router import Router
 from dsim.engine.clock import delay_to
 from dsim.engine.replica import Replica
 from dsim.errors import InputError
-from dsim.hardware.latency import profile_metadata
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8": 1}
-
-
-def parse_disagg(text: str) -> tuple[int, ...]:
-    """`P:D` -> (prefill replicas, decode replicas), each at least 1."""
-    try:
-        counts = tuple(int(x) for x in text.split(":"))
-    except ValueError:
-        counts = ()
-    if len(counts) != 2:
-        raise InputError(None, None, f"--disagg {text!r}: expected P:D (two whole numbers)")
-    if min(counts) < 1:
-        raise InputError(None, None, f"--disagg {text!r}: needs at least 1 prefill and 1 decode")
-    return counts
 
 
 def check_positive(name: str, value: float) -> float:
@@ -44,24 +31,21 @@ def check_positive(name: str, value: float) -> float:
     return float(value)
 
 
-def kv_bytes_per_token(profile: str | Path, given: float | None) -> float:
+def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: float | None) -> float:
     """KV-cache bytes per token that one GPU of the replica holds (and sends over its own link,
     the GPUs of a tensor-parallel replica moving their shards side by side): `given`, else the
     profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else 2 (K and V) x
     layers x KV heads x head dim x dtype bytes from its `model_config`."""
     if given is not None:
         return check_positive("kv-bytes-per-token", given)
-    if not Path(profile).is_file():
-        raise InputError(profile, None, "file not found")
-    meta = profile_metadata(profile)
     for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
-        if key in meta:
-            return check_positive("kv-bytes-per-token", meta[key])
-    cfg = meta.get("model_config", {})
+        if key in sidecar:
+            return check_positive("kv-bytes-per-token", sidecar[key])
+    cfg = sidecar.get("model_config", {})
     keys = ("num_hidden_layers", "num_key_value_heads", "head_dim")
-    if all(k in cfg for k in keys) and meta.get("dtype") in DTYPE_BYTES:
+    if all(k in cfg for k in keys) and sidecar.get("dtype") in DTYPE_BYTES:
         layers, heads, dim = (int(cfg[k]) for k in keys)
-        return float(2 * layers * heads * dim * DTYPE_BYTES[meta["dtype"]])
+        return float(2 * layers * heads * dim * DTYPE_BYTES[sidecar["dtype"]])
     raise InputError(
         profile,
         None,

@@ -46,7 +46,8 @@ class KvAware:
 ROUTERS = {"round-robin": RoundRobin, "least-loaded": LeastLoaded, "kv-aware": KvAware}
 
 
-def parse_router(name: str) -> Router:
+def router_kind(name: str) -> type[Router]:
+    """The router class `--router NAME` names (each run builds its own: routers keep state)."""
     if name not in ROUTERS:
         raise InputError(None, None, f"--router {name!r}: expected one of {', '.join(ROUTERS)}")
-    return ROUTERS[name]()
+    return ROUTERS[name]

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from dsim.cluster.disagg import KvLink, check_positive, kv_bytes_per_token, parse_disagg
-from dsim.cluster.router import LeastLoaded, parse_router
+from dsim import spec_grammar
+from dsim.cluster.disagg import KvLink, check_positive
+from dsim.cluster.router import LeastLoaded, Router, router_kind
 from dsim.cluster.source import arrivals
 from dsim.engine.replica import Replica
 from dsim.engine.steplog import FIELDS, StepLog
@@ -46,18 +47,35 @@ def layout(replicas: int, disagg: str | None) -> Layout:
         return Layout((COLOCATED,) * replicas)
     if replicas != 1:
         raise InputError(None, None, "--disagg P:D replaces --replicas: give one of them")
-    p, d = parse_disagg(disagg)
+    p, d = spec_grammar.pair(disagg, "--disagg")
     return Layout((PREFILL,) * p + (DECODE,) * d)
 
 
-def check_topology(spec) -> Layout:
-    """Reject bad cluster options of a RunSpec before anything runs."""
-    shape = layout(spec.replicas, spec.disagg)
-    parse_router(spec.router)
-    if shape.disaggregated:
-        check_positive("kv-link-gbps", spec.kv_link_gbps)
-        kv_bytes_per_token(spec.profile, spec.kv_bytes_per_token)
-    return shape
+@dataclass(frozen=True)
+class Topology:
+    """A run's replicas, resolved: their roles, the router's kind and, when disaggregated, the
+    KV link (bandwidth, and bytes per token one GPU of a replica sends)."""
+
+    layout: Layout
+    router: type[Router]
+    kv_link_gbps: float = 0.0
+    kv_bytes_per_token: float = 0.0
+
+
+def topology(
+    replicas: int,
+    disagg: str | None,
+    router: str,
+    kv_link_gbps: float,
+    kv_bytes: Callable[[], float],
+) -> Topology:
+    """Check the cluster options; `kv_bytes()` (the KV size per token) is asked only when the
+    layout is disaggregated."""
+    shape = layout(replicas, disagg)
+    kind = router_kind(router)
+    if not shape.disaggregated:
+        return Topology(shape, kind)
+    return Topology(shape, kind, check_positive("kv-link-gbps", kv_link_gbps), kv_bytes())
 
 
 def replica_rng(seed: int, k: int, run_rng: np.random.Generator) -> np.random.Generator:
@@ -73,13 +91,13 @@ class Cluster:
     def __init__(
         self,
         env: simpy.Environment,
-        spec,
+        shape: Topology,
         make_replica: Callable[[int, Callable[[int, float], None] | None], Replica],
         workload_arrivals: np.ndarray,
         prompt_tokens: np.ndarray,
     ) -> None:
-        self.env, self.shape = env, check_topology(spec)
-        router = parse_router(spec.router)
+        self.env, self.shape = env, shape.layout
+        router = shape.router()
         roles = self.shape.roles
         if self.shape.disaggregated:
             n_prefill = roles.count(PREFILL)
@@ -89,8 +107,8 @@ class Cluster:
                 decode,
                 router,
                 prompt_tokens,
-                kv_bytes_per_token(spec.profile, spec.kv_bytes_per_token),
-                spec.kv_link_gbps,
+                shape.kv_bytes_per_token,
+                shape.kv_link_gbps,
             )
             prefill = [make_replica(k, link.handoff) for k in range(n_prefill)]
             self.replicas = prefill + decode

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsim.checks import parse_number
+from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, StepPrice
 
@@ -84,14 +83,12 @@ class DraftCost:
 def parse_draft_cost(spec: str, kind: str = "block") -> DraftCost:
     """`0`, `ratio:X` or the path of a drafter profile CSV, for a drafter of `kind`
     (docs/design.md, The step-time model)."""
-    if spec.strip() == "0":
-        return DraftCost(kind=kind)
-    if spec.startswith("ratio:"):
-        ratio = parse_number(spec[6:], f"--draft-cost {spec!r}: ratio", ge=0)
-        return DraftCost(ratio=ratio, kind=kind)
-    if not Path(spec).exists():
+    read = spec_grammar.draft_cost(spec)
+    if read.profile is None:
+        return DraftCost(ratio=read.ratio, kind=kind)
+    if not Path(read.profile).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
-    return DraftCost(profile=LatencyModel.from_csv(spec), kind=kind)
+    return DraftCost(profile=LatencyModel.from_csv(read.profile), kind=kind)
 
 
 # `--sched-cost auto` (docs/policies.md, "scheduling cost"): an assumed host sync (no GPU was at
@@ -116,14 +113,8 @@ class SchedCost:
 
 def parse_sched_cost(spec: str) -> SchedCost:
     """`auto` (measured default), `auto:F` (F times it) or a constant in SECONDS."""
-    kind, _, factor = spec.partition(":")
-    try:
-        if kind == "auto":
-            f = float(factor) if factor else 1.0
-            if math.isfinite(f) and f >= 0:
-                return SchedCost(f * (HOST_SYNC_S + SCHED_BASE_S), f * SCHED_PER_REQUEST_S)
-        elif not factor and math.isfinite(float(spec)) and float(spec) >= 0:
-            return SchedCost(float(spec))
-    except ValueError:
-        pass
-    raise InputError(None, None, f"--sched-cost {spec!r}: expected auto, auto:F or SECONDS >= 0")
+    read = spec_grammar.sched_cost(spec)
+    if read.factor is None:
+        return SchedCost(read.seconds)
+    f = read.factor
+    return SchedCost(f * (HOST_SYNC_S + SCHED_BASE_S), f * SCHED_PER_REQUEST_S)

@@ -8,8 +8,22 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dsim.metrics import REQUEST_COLUMNS
 from dsim.workload import Workload
+
+# The per-request table's columns (requests.parquet), in order.
+REQUEST_COLUMNS = (
+    "request_id",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "rounds",
+    "verified_drafts",
+    "accepted_drafts",
+    "preemptions",
+    "replica",
+)
 
 # Columns of `Records.counters`, in the order of the batch matrix's counter columns.
 ROUNDS, VERIFIED, ACCEPTED = range(3)

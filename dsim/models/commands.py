@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.report import progress_bar
 
@@ -16,22 +17,13 @@ DEFAULT_LOSS = "kl=1,tv=0.1,ce=0"
 
 def parse_counts(text: str, option: str) -> dict[str, float]:
     """`kl=1,tv=0.1` -> {"kl": 1.0, "tv": 0.1}."""
-    out = {}
-    for part in filter(None, text.split(",")):
-        name, _, value = part.partition("=")
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise InputError(None, None, f"{option}: expected NAME=NUMBER, got {part!r}") from None
-    return out
+    pairs = spec_grammar.key_values(text, option, "NAME=NUMBER")
+    return {name: spec_grammar.number(v, f"{option}: {name}") for name, v in pairs.items()}
 
 
-def parse_ints(text: str, option: str) -> tuple[int, ...]:
-    """`2,15,30` -> (2, 15, 30)."""
-    try:
-        return tuple(int(x) for x in filter(None, text.split(",")))
-    except ValueError:
-        raise InputError(None, None, f"{option}: expected integers, got {text!r}") from None
+def _layers(text: str) -> tuple[int, ...]:
+    """`--layers 2,15,30`: target layer indices (an empty list keeps none)."""
+    return spec_grammar.ints(text, "--layers", minimum=0) if text.strip() else ()
 
 
 def register(app: typer.Typer) -> None:
@@ -78,7 +70,9 @@ def register(app: typer.Typer) -> None:
         torch.set_num_threads(threads)
         model = load_target(target)
         n_layers = int(model.model.config.num_hidden_layers)
-        kept = parse_ints(layers, "--layers") if layers else default_layers(n_layers)
+        kept = (
+            spec_grammar.ints(layers, "--layers", minimum=0) if layers else default_layers(n_layers)
+        )
         if any(not 0 <= i < n_layers for i in kept):
             raise InputError(None, None, f"--layers must lie in 0..{n_layers - 1}")
         spec = DataSpec(samples, max_new_tokens, max_prompt_tokens, batch_size, seed, kept, context)
@@ -143,7 +137,9 @@ def register(app: typer.Typer) -> None:
             seed,
             vocab_size,
             block=block,
-            feature_layers=parse_ints(layers, "--layers") if layers is not None else None,
+            feature_layers=spec_grammar.ints(layers, "--layers", minimum=0)
+            if layers is not None
+            else None,
             context=context,
             parallel_layers=parallel_layers,
             width=width,

@@ -30,14 +30,11 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
-from dsim.acceptance.sources import parse_acceptance
 from dsim.checks import check_number
-from dsim.cluster.topology import check_topology
-from dsim.engine.config import drafter_kind, parse_draft_cost, parse_sched_cost
 from dsim.errors import InputError
-from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
-from dsim.run import RunSpec, load_spec_workload
+from dsim.run_inputs import resolve
+from dsim.run_spec import RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
@@ -119,17 +116,17 @@ def load_config(path: str | Path) -> SweepConfig:
     )
 
 
+# The config key an input's error is reported under, by the spec field that raised it.
+_FIELD_KEYS = {"topology": "run", "policy": "policies"}
+
+
 def _check_inputs(check: _Checker, spec: RunSpec) -> None:
-    """Open every input the simulations will read, so a bad file fails now, not mid-sweep."""
-    check.wrap("run.profile", lambda: LatencyModel.from_csv(spec.profile))
-    check.wrap("run.draft_cost", lambda: parse_draft_cost(spec.draft_cost))
-    check.wrap("run.sched_cost", lambda: parse_sched_cost(spec.sched_cost))
-    check.wrap("run.drafter_kind", lambda: drafter_kind(spec.policy, spec.drafter_kind))
-    check.wrap(
-        "run.acceptance", lambda: parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
-    )
-    check.wrap("run.trace", lambda: load_spec_workload(spec))
-    check.wrap("run", lambda: check_topology(spec))
+    """Read every input the simulations will read, so a bad file fails now, not mid-sweep."""
+    try:
+        resolve(spec)
+    except InputError as exc:
+        field = getattr(exc, "field", None) or "run"
+        check.fail(_FIELD_KEYS.get(field, f"run.{field}"), str(exc))
 
 
 class _Checker:

@@ -26,7 +26,9 @@ import pandas as pd
 
 from dsim.codehash import code_digest
 from dsim.errors import InputError
-from dsim.run import RunSpec, input_files, simulate, write_run
+from dsim.run import simulate, write_run
+from dsim.run_inputs import input_files
+from dsim.run_spec import RunSpec
 
 EXECUTORS = ("local", "ray")
 

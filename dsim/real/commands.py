@@ -13,15 +13,12 @@ from pathlib import Path
 import typer
 
 from dsim import run_commands as opts
+from dsim import spec_grammar
 from dsim.fileio import check_output_dir
+from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.report import progress_bar
-from dsim.run import RUN_OWNER, RunSpec
-
-# Defaults of `dsim validate` (no torch import: dsim.real.validate loads it lazily).
-DEFAULT_DRAFTER = Path("drafters/markov.pt")
-DEFAULT_TRACE = Path("traces/acceptance/smollm2-markov.parquet")
-DEFAULT_PROMPTS = Path("traces/prompts/heldout.jsonl")
-DEFAULT_REPEATS = 3
+from dsim.run import RUN_OWNER
+from dsim.run_spec import RunSpec
 
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
 SERVE_TRACE = "synthetic:rate=0.5,n=32,output=128,sigma=0"  # a CPU-sized real workload
@@ -152,7 +149,7 @@ def register(app: typer.Typer) -> None:
             prompts,
             profile,
             preset,
-            tuple(p.strip() for p in policies.split(",") if p.strip()),
+            spec_grammar.items(policies),
             parse_loads(loads),
             repeats,
             requests,

@@ -15,16 +15,19 @@ from dsim.engine.clock import CLOCKS
 from dsim.errors import InputError
 from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
-from dsim.policies import Oracle, parse_policy
+from dsim.policies import Oracle
 from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
-from dsim.run import RunResult, RunSpec, load_spec_workload, run_engine, write_run
+from dsim.run import RunResult, run_engine, write_run
+from dsim.run_inputs import EngineInputs, load_spec_workload, resolve_engine
+from dsim.run_spec import RunSpec
 
 
 @dataclass
 class RealRun:
     result: RunResult
     spec: RunSpec  # with the drafter's gamma
+    engine: EngineInputs  # the spec, read
     texts: list[dict]  # per request: request_id, prompt_id, domain, output_tokens, text
     backend: RealBackend
     outputs: list[list[int]]  # per request: the token ids the engine recorded
@@ -46,21 +49,22 @@ def profile_threads(profile: str | Path) -> int | None:
     return int(threads) if threads else None
 
 
-def check_options(spec: RunSpec, clock: str, has_drafter: bool):
-    """Reject what real mode cannot do before any model is loaded; returns the policy."""
+def check_options(spec: RunSpec, clock: str, has_drafter: bool) -> EngineInputs:
+    """Read the engine's inputs and reject what real mode cannot do, before any model is
+    loaded."""
     if clock not in CLOCKS:
         raise InputError(None, None, f"--clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
-    policy = parse_policy(spec.policy, spec.sla_tps)
-    if isinstance(policy, Oracle):
+    engine = resolve_engine(spec)
+    if isinstance(engine.policy.first, Oracle):
         raise InputError(
             None,
             None,
             "policy oracle needs each request's accepted prefix before verifying, which only "
             "a simulation knows; it cannot be served for real",
         )
-    if policy.drafts and not has_drafter:
+    if engine.policy.drafts and not has_drafter:
         raise InputError(None, None, f"policy {spec.policy!r} drafts: --drafter is required")
-    return policy
+    return engine
 
 
 def run_real(
@@ -81,10 +85,10 @@ def run_real(
     STS calibration JSON) calibrates the drafter's confidences before the policy sees them.
     `make_backend` builds the backend (tests and benchmarks wrap it to observe rounds).
     """
-    policy = check_options(spec, clock, drafter is not None)
     spec = replace(spec, fused_prefill=False)  # the backend runs each prefill as its own pass
     if drafter is not None:
         spec = replace(spec, gamma=drafter.gamma)
+    engine = check_options(spec, clock, drafter is not None)
     temperatures = None
     if spec.calibration not in (None, RAW):
         where = spec.calibration
@@ -94,7 +98,7 @@ def run_real(
     )
     backend = make_backend(
         target,
-        drafter if policy.drafts else None,
+        drafter if engine.policy.drafts else None,
         work.token_ids,
         work.workload.output_tokens,
         seed=spec.seed,
@@ -102,7 +106,7 @@ def run_real(
         gamma=spec.gamma,
         temperatures=temperatures,
     )
-    result = run_engine(spec, work.workload, backend, clock, progress)
+    result = run_engine(engine, work.workload, backend, clock, progress)
     counts = result.requests["output_tokens"].tolist()
     outputs = [backend.text_tokens(i, n) for i, n in enumerate(counts)]
     texts = [
@@ -115,7 +119,7 @@ def run_real(
         }
         for i, (p, out) in enumerate(zip(work.prompts, outputs, strict=True))
     ]
-    return RealRun(result, spec, texts, backend, outputs)
+    return RealRun(result, spec, engine, texts, backend, outputs)
 
 
 def write_real_run(run: RealRun, out: str | Path, steps: pd.DataFrame | None = None) -> None:

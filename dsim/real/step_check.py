@@ -32,7 +32,6 @@ from scipy.optimize import nnls
 
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile, write_profile
-from dsim.policies import parse_policy
 from dsim.real.backend import RealBackend
 from dsim.real.runner import RealRun
 
@@ -87,7 +86,7 @@ def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFra
         * EngineConfig.block_size
         / np.maximum(steps.num_running + prefilling, 1)
     )
-    drafting, fused = parse_policy(run.spec.policy).drafts, run.spec.fused_prefill
+    drafting, fused = run.engine.policy.drafts, run.spec.fused_prefill
     predicted = [
         (draft.seconds(int(r), run.spec.gamma, c, latency) if r and drafting else 0.0)
         + float(latency.step(int(b - p), int(r), c, int(p), int(k), c, fused))

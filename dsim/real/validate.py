@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dsim import spec_grammar
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
 from dsim.errors import InputError
@@ -42,7 +43,7 @@ from dsim.hardware.measure import Grid
 from dsim.metrics import per_user
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
 from dsim.policies import Oracle, parse_policy
-from dsim.real.commands import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
+from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.real.step_check import (
@@ -69,7 +70,9 @@ from dsim.real.validation_report import (
     report_markdown,
     validation_json,
 )
-from dsim.run import RunResult, RunSpec, run_engine, write_run
+from dsim.run import RunResult, run_engine, write_run
+from dsim.run_inputs import resolve_engine
+from dsim.run_spec import RunSpec
 from dsim.workload import Workload
 
 POLICIES = ("mtp1", "fixed:4", "dspark")
@@ -147,17 +150,12 @@ class Settings:
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
     """`light=0.333,moderate=0.667` -> ((name, busy fraction), ...)."""
-    out = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition("=")
-        try:
-            busy = float(value)
-        except ValueError:
-            busy = float("nan")
-        if not sep or not name or not 0 < busy < 1:
-            raise InputError(None, None, f"--loads entry {part!r}: expected NAME=BUSY, 0<BUSY<1")
-        out.append((name, busy))
-    return tuple(out)
+    loads = spec_grammar.key_values(text, "--loads", "NAME=BUSY")
+    for name, busy in loads.items():
+        if not name:
+            raise InputError(None, None, f"--loads: entry {busy!r} needs a NAME=")
+        spec_grammar.number(busy, f"--loads entry {name!r}: BUSY", gt=0, lt=1)
+    return tuple((name, float(busy)) for name, busy in loads.items())
 
 
 def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:
@@ -424,7 +422,7 @@ def _one_run(
         calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
         sim_spec = replace(spec, acceptance=source, calibration=calibration)
         backend = Simulated(parse_acceptance(source, spec.gamma, calibration))
-        sim = run_engine(sim_spec, work, backend)
+        sim = run_engine(resolve_engine(sim_spec), work, backend)
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
     check = step_model_check(priced)

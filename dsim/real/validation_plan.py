@@ -32,7 +32,9 @@ from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
 from dsim.engine.backend import Simulated
 from dsim.errors import InputError
 from dsim.models.data import Prompt
-from dsim.run import RunSpec, run_engine
+from dsim.run import run_engine
+from dsim.run_inputs import resolve_engine
+from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
 RATE_RANGE = (1e-4, 1e4)  # requests/s searched by the rate rule
@@ -113,7 +115,8 @@ def expected_workload(
 def simulated_busy(spec: RunSpec, workload: Workload, acceptance: str) -> float:
     """The busy fraction of a trace-driven simulation of `workload` under `spec`."""
     source = parse_acceptance(acceptance, spec.gamma, "raw")  # real mode's raw confidences
-    return float(run_engine(spec, workload, Simulated(source)).summary["busy_fraction"])
+    result = run_engine(resolve_engine(spec), workload, Simulated(source))
+    return float(result.summary["busy_fraction"])
 
 
 def choose_rate(

@@ -23,7 +23,8 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from dsim.fileio import write_json, write_with  # noqa: E402
 from dsim.pareto.config import load_config  # noqa: E402
-from dsim.run import RunSpec, load_spec_workload, simulate  # noqa: E402
+from dsim.run import RunSpec, simulate  # noqa: E402
+from dsim.run_inputs import load_spec_workload  # noqa: E402
 
 PILOT_REQUESTS, GAP_S, PILOT_SEED = 50, 1000.0, 100
 

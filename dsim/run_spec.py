@@ -1,0 +1,72 @@
+"""What a simulation is asked to do, as the user spelled it: the one place each run default lives.
+
+`RunSpec` is the hashable, picklable description a sweep caches on and a worker process
+receives; its strings are read once per run by `dsim.run_inputs.resolve`, never by the layers
+below. The CLI's options take their defaults from here (`default`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
+
+from dsim.checks import check_number
+from dsim.engine.config import EngineConfig
+
+_ENGINE = EngineConfig()  # the engine's own limits are defaulted where the engine defines them
+
+DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
+DEFAULT_ACCEPTANCE = "preset:dspark:chat"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """Everything that determines a simulation's output (hashable, so sweeps can cache it)."""
+
+    trace: str = DEFAULT_TRACE
+    profile: str = DEFAULT_PROFILE
+    acceptance: str = DEFAULT_ACCEPTANCE
+    policy: str = "dspark"
+    gamma: int = _ENGINE.gamma
+    seed: int = 0
+    window: str | None = None
+    rate_scale: float = 1.0
+    max_requests: int | None = None
+    max_seqs: int = _ENGINE.max_seqs
+    kv_tokens: int = _ENGINE.kv_tokens
+    prefill_chunk: int = _ENGINE.prefill_chunk
+    draft_cost: str = "ratio:0.1"
+    sla_tps: float | None = None
+    calibration: str | None = None
+    sched_cost: str = "auto"  # per-round cost of synchronous schedulers (docs/policies.md)
+    drafter_kind: str = "auto"  # auto | block | ar | mtp1 (engine.config.drafter_kind)
+    replicas: int = 1
+    router: str = "round-robin"
+    disagg: str | None = None  # "P:D": prefill and decode replicas (replaces replicas)
+    kv_link_gbps: float = 400.0
+    kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
+    fused_prefill: bool = _ENGINE.fused_prefill  # False: prefill as a pass of its own (real mode)
+
+    def __post_init__(self) -> None:
+        """Every number finite and in range (a NaN rate or SLA would stall simulated time);
+        the topology's own settings are checked when the spec is resolved."""
+        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
+            check_number(getattr(self, name), name, ge=1, integer=True)
+        check_number(self.seed, "seed", ge=0, integer=True)
+        check_number(self.rate_scale, "rate_scale", gt=0)
+        if self.max_requests is not None:
+            check_number(self.max_requests, "max_requests", ge=1, integer=True)
+        if self.sla_tps is not None:
+            check_number(self.sla_tps, "sla_tps", gt=0)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_DEFAULTS = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
+
+
+def default(name: str) -> Any:
+    """The default of RunSpec field `name` (for the CLI's options)."""
+    return _DEFAULTS[name]

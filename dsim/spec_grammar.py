@@ -1,0 +1,207 @@
+"""The one reader of dsim's small spec formats: `k=v,k=v`, number lists, `P:D`, `START:END`,
+`NAME:ARG`, bracketed options and the formats built from them (draft and scheduling costs,
+acceptance and synthetic-trace specs).
+
+Every reader returns plain typed values and leaves building objects to the layer that owns
+them (the engine builds its cost models, `dsim.acceptance` its sources, `dsim.workload` its
+arrivals), so this module imports nothing of the simulator. One error contract: an
+`InputError` whose message starts with what was being read (`--window '5:x': END ...`,
+`trace spec 'synthetic:...': ...`) and says what was expected. Callers go through the module
+(`spec_grammar.window(...)`), so a test can count how often each field is read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from dsim.checks import check_number
+from dsim.errors import InputError
+
+
+def _fail(problem: str) -> InputError:
+    return InputError(None, None, problem)
+
+
+def number(text: str, name: str, *, integer: bool = False, **bounds: float) -> float:
+    """A number written in a spec string (`rate=4`), checked like `check_number`."""
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise _fail(f"{name} must be {kind}, got {text!r}") from None
+    return check_number(value, name, integer=integer, **bounds)
+
+
+def split_top(text: str) -> list[str]:
+    """Split on commas outside brackets (entries may carry bracketed options)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def key_values(text: str, where: str, expected: str = "key=value") -> dict[str, str]:
+    """`k=v,k=v` -> {k: v} (keys and values stripped, empty parts skipped, a later key wins);
+    a part without `=` is `{where}: expected {expected}, got {part!r}`."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise _fail(f"{where}: expected {expected}, got {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def items(text: str) -> tuple[str, ...]:
+    """`a, b,,c` -> ("a", "b", "c"): a comma list, blanks dropped."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def ints(text: str, option: str, minimum: int = 1) -> tuple[int, ...]:
+    """`2,15,30` -> (2, 15, 30): whole numbers >= `minimum`, in the order given."""
+    values = []
+    for item in (x.strip() for x in text.split(",")):
+        try:
+            value = int(item)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            kind = "positive" if minimum == 1 else f">= {minimum}"
+            raise _fail(f"{option}: {item!r} is not a {kind} integer")
+        values.append(value)
+    return tuple(values)
+
+
+def probabilities(text: str, where: str) -> tuple[float, ...]:
+    """`0.9,0.8` -> (0.9, 0.8), each in [0, 1]."""
+    try:
+        q = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise _fail(f"{where}: expected numbers, got {text!r}") from None
+    if not q or not all(0.0 <= x <= 1.0 for x in q):
+        raise _fail(f"{where}: acceptance probabilities must lie in [0, 1]")
+    return q
+
+
+def name_arg(text: str) -> tuple[str, str]:
+    """`fixed:3` -> ("fixed", "3"); `dspark` -> ("dspark", "")."""
+    kind, _, arg = text.partition(":")
+    return kind, arg
+
+
+def pair(text: str, option: str) -> tuple[int, int]:
+    """`P:D` -> (P, D), each a whole number >= 1 (`--disagg`)."""
+    try:
+        counts = tuple(int(x) for x in text.split(":"))
+    except ValueError:
+        counts = ()
+    if len(counts) != 2:
+        raise _fail(f"{option} {text!r}: expected P:D (two whole numbers)")
+    if min(counts) < 1:
+        raise _fail(f"{option} {text!r}: needs at least 1 prefill and 1 decode")
+    return counts
+
+
+def window(text: str) -> tuple[float, float | None]:
+    """`START:END` seconds (`--window`); END may be left out (to the trace's end)."""
+    start, _, end = text.partition(":")
+    lo = number(start or "0", f"--window {text!r}: START", ge=0)
+    return lo, (number(end, f"--window {text!r}: END", gt=lo) if end else None)
+
+
+@dataclass(frozen=True)
+class DraftCostSpec:
+    """`--draft-cost`: no cost, `ratio` times the target's step, or a drafter profile CSV."""
+
+    ratio: float = 0.0
+    profile: str | None = None
+
+
+def draft_cost(text: str) -> DraftCostSpec:
+    """`0`, `ratio:X` (X >= 0) or the path of a drafter profile CSV."""
+    if text.strip() == "0":
+        return DraftCostSpec()
+    if text.startswith("ratio:"):
+        return DraftCostSpec(ratio=number(text[6:], f"--draft-cost {text!r}: ratio", ge=0))
+    return DraftCostSpec(profile=text)
+
+
+@dataclass(frozen=True)
+class SchedCostSpec:
+    """`--sched-cost`: `factor` times the measured default (`auto`, `auto:F`), or `seconds`."""
+
+    factor: float | None = 1.0
+    seconds: float = 0.0
+
+
+def sched_cost(text: str) -> SchedCostSpec:
+    """`auto` (the measured default), `auto:F` (F >= 0 times it) or a constant in SECONDS."""
+    kind, factor = name_arg(text)
+    try:
+        if kind == "auto":
+            f = float(factor) if factor else 1.0
+            if math.isfinite(f) and f >= 0:
+                return SchedCostSpec(factor=f)
+        elif not factor and math.isfinite(float(text)) and float(text) >= 0:
+            return SchedCostSpec(factor=None, seconds=float(text))
+    except ValueError:
+        pass
+    raise _fail(f"--sched-cost {text!r}: expected auto, auto:F or SECONDS >= 0")
+
+
+_OPTIONS_RE = re.compile(r"^(?P<body>.*?)(\[(?P<opts>[^\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class AcceptancePart:
+    """One parametric acceptance domain: `KIND:REST[options]`, with its mix weight."""
+
+    spec: str  # as written, for error messages
+    kind: str  # iid | positions | preset | vllm
+    rest: str  # what follows `KIND:`, options removed
+    options: str | None  # the bracket's text, or None without one
+    weight: float = 1.0
+
+
+PARAMETRIC = ("iid", "positions", "preset", "vllm")
+
+
+def acceptance(text: str) -> tuple[AcceptancePart, ...] | None:
+    """A parametric acceptance spec (one domain, or `mix:SPEC=W,SPEC=W`) as its parts; None
+    for anything else (the path of an acceptance-trace file)."""
+    if text.startswith("mix:"):
+        parts = []
+        for entry in split_top(text[4:]):
+            sub, sep, weight = entry.rpartition("=")
+            if not sep:
+                problem = f"mix entry {entry!r} needs a positive weight: SPEC=W"
+                raise _fail(f"acceptance {text!r}: {problem}")
+            w = number(weight, f"acceptance {text!r}: weight of {sub!r}", gt=0)
+            parts.append(_part(sub, w))
+        return tuple(parts)
+    if name_arg(text)[0] in PARAMETRIC:
+        return (_part(text, 1.0),)
+    return None
+
+
+def _part(text: str, weight: float) -> AcceptancePart:
+    m = _OPTIONS_RE.match(text.strip())
+    kind, rest = name_arg(m["body"])
+    return AcceptancePart(text, kind, rest, m["opts"], weight)
+
+
+def synthetic(text: str, defaults: dict[str, str], extra: tuple[str, ...]) -> dict[str, str]:
+    """`synthetic:k=v,...` -> the defaults updated with the given keys; a key that is neither a
+    default's nor in `extra` is refused."""
+    opts = {**defaults, **key_values(name_arg(text)[1], f"trace spec {text!r}")}
+    unknown = set(opts) - set(defaults) - set(extra)
+    if unknown:
+        raise _fail(f"trace spec {text!r}: unknown key(s) {sorted(unknown)}")
+    return opts

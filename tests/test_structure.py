@@ -1,0 +1,121 @@
+"""The package's shape: no import cycle, the engine below the layers that use it, and each spec
+field read once per run, by the spec grammar."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, write_flat_profile
+
+from dsim import spec_grammar
+from dsim.run import simulate
+from dsim.run_spec import RunSpec
+
+PACKAGE = ROOT / "dsim"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str) -> set[str]:
+    """The dsim modules `name` imports anywhere in its source (inside functions too)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports(name) for name in MODULES}
+
+
+def test_the_import_graph_has_no_cycle():
+    """Depth-first search over every import, function-level ones included."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_a_cycle_would_be_found():
+    """The graph reader sees a function-level import (so the test above can fail)."""
+    assert "dsim.run_inputs" in GRAPH["dsim.run"]
+    assert any(GRAPH[m] for m in GRAPH if m.startswith("dsim.real."))
+
+
+ABOVE_THE_ENGINE = ("metrics", "pareto", "run", "run_inputs", "run_spec", "real", "models")
+ABOVE_THE_ENGINE += ("cluster", "validation")
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("dsim.engine")))
+def test_the_engine_imports_no_layer_above_it(name):
+    above = {f"dsim.{m}" for m in ABOVE_THE_ENGINE}
+    bad = {m for m in GRAPH[name] if m in above or m.rpartition(".")[0] in above}
+    bad |= {m for m in GRAPH[name] if any(m.startswith(f"{a}.") for a in above)}
+    assert not bad, f"{name} imports {sorted(bad)}"
+
+
+READERS = ("window", "pair", "draft_cost", "sched_cost", "acceptance", "synthetic")
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts of each spec-grammar reader's calls."""
+    counts: Counter[str] = Counter()
+    for name in READERS:
+        reader = getattr(spec_grammar, name)
+
+        def counted(*args, _name=name, _reader=reader, **kwargs):
+            counts[_name] += 1
+            return _reader(*args, **kwargs)
+
+        monkeypatch.setattr(spec_grammar, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize(
+    "layout", [{"replicas": 3, "router": "least-loaded"}, {"disagg": "1:2"}], ids=str
+)
+def test_each_spec_field_is_read_once_per_run(tmp_path, reads, layout):
+    profile = write_flat_profile(tmp_path / "flat.csv", 10.0)
+    (tmp_path / "flat.json").write_text('{"kv_bytes_per_token": 1000}')
+    spec = RunSpec(
+        trace="synthetic:rate=20,n=30,prompt=64,output=16",
+        window="0:100",
+        profile=str(profile),
+        acceptance="mix:iid:0.7=1,iid:0.8=1",
+        policy="dspark",
+        draft_cost="ratio:0.1",
+        sched_cost="auto:2",
+        **layout,
+    )
+    simulate(spec)
+    expected = {name: 1 for name in READERS} | {"pair": int("disagg" in layout)}
+    assert dict(reads) == {k: v for k, v in expected.items() if v}

@@ -20,7 +20,9 @@ from dsim.engine import replica
 from dsim.errors import SimulationStuck
 from dsim.hardware.latency import LatencyModel
 from dsim.pareto import sweep
-from dsim.run import RunSpec, input_files, simulate
+from dsim.run import simulate
+from dsim.run_inputs import input_files
+from dsim.run_spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = str(ROOT / "profiles/h200-qwen3-8b-roofline.csv")

@@ -22,7 +22,8 @@ from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.cli import main
 from dsim.errors import InputError
 from dsim.pareto.sweep import point_key
-from dsim.run import RunSpec, input_files
+from dsim.run_inputs import input_files
+from dsim.run_spec import RunSpec
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # engine -> (drafts, draft tokens, per-position accepted counts); 10,000 drafts in all

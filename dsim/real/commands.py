@@ -90,10 +90,10 @@ def register(app: typer.Typer) -> None:
             drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
             calibration=calibration,
         )
-        check_options(spec, clock, drafter is not None)  # before any model is loaded
+        engine = check_options(spec, clock, drafter is not None)  # before any model is loaded
         if out is not None:
             check_output_dir(out, RUN_OWNER)
-        threads = profile_threads(spec.profile)
+        threads = profile_threads(engine.profile.sidecar)
         if threads:
             torch.set_num_threads(threads)
         model, draft_model = load_models(target, drafter)

@@ -13,7 +13,6 @@ from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
 from dsim.engine.clock import CLOCKS
 from dsim.errors import InputError
-from dsim.hardware.latency import profile_metadata
 from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle
 from dsim.real.backend import RealBackend
@@ -43,9 +42,9 @@ def load_models(target: str, drafter: str | Path | None):
     return model, draft_model
 
 
-def profile_threads(profile: str | Path) -> int | None:
-    """The torch thread count the profile was measured with (its sidecar), if it says."""
-    threads = profile_metadata(profile).get("threads")
+def profile_threads(sidecar: dict) -> int | None:
+    """The torch thread count a profile was measured with (its sidecar), if it says."""
+    threads = sidecar.get("threads")
     return int(threads) if threads else None
 
 

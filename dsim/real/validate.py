@@ -38,7 +38,7 @@ from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
 from dsim.errors import InputError
 from dsim.fileio import write_json, write_with
-from dsim.hardware.latency import write_profile
+from dsim.hardware.latency import profile_metadata, write_profile
 from dsim.hardware.measure import Grid
 from dsim.metrics import per_user
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
@@ -238,7 +238,7 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
     served = served_prompts(prompts)
     half, trace_meta = trace_half(s.acceptance, s.prompts, len(prompts))
     # The given profile's thread count, or 1 (real mode's) for the profile measured here.
-    threads = profile_threads(s.profile) if s.profile is not None else 1
+    threads = profile_threads(profile_metadata(s.profile)) if s.profile is not None else 1
     if threads:
         torch.set_num_threads(threads)
     target, drafter = load_models(s.target, s.drafter)

@@ -13,8 +13,9 @@ from dsim.acceptance.sources import parse_acceptance
 from dsim.cluster.source import arrivals
 from dsim.engine.backend import Simulated
 from dsim.engine.config import EngineConfig, parse_draft_cost
+from dsim.engine.kv_blocks import SHORT, total
 from dsim.engine.records import Records
-from dsim.engine.replica import SHORT, Replica, total
+from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepRecorder
 from dsim.hardware.latency import LatencyModel
 from dsim.policies import parse_policy
@@ -129,7 +130,7 @@ def test_kv_blocks_and_running_sums_balance_under_preemption(block_size):
     assert replica.rec.finished == len(replica.w)
     assert replica.rec.preemptions.sum() > 0
     assert log.kv_blocks_used.max() <= cfg.kv_blocks
-    assert replica.used_blocks == replica.batch_blocks == replica.batch_ctx == replica.work == 0
+    assert replica.kv.used == replica.kv.rows_total == replica.batch_ctx == replica.work == 0
     rounds, verified, accepted = replica.rec.counters.T
     assert (accepted <= verified).all() and (rounds > 0).all()
     # Each round emits its accepted drafts plus one token; only a request's last round may

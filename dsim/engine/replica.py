@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -37,6 +38,7 @@ import simpy
 from dsim.engine.backend import Backend
 from dsim.engine.clock import Clock, ProfileClock, WallClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
+from dsim.engine.kv_blocks import KvBlocks, total
 from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
@@ -53,13 +55,21 @@ from dsim.workload import Workload
 ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
-SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
 PROGRESS_EVERY = 2000  # steps between progress reports
 
 
-def total(x: np.ndarray) -> int:
-    """Sum of a short int array, fast for the engine's typical batches."""
-    return sum(x.tolist()) if len(x) < SHORT else int(x.sum())
+@dataclass(slots=True)
+class StepPlan:
+    """What the step in flight commits when it ends: `step` writes it, `commit` reads it (one
+    per replica, rewritten every step, so planning a step allocates nothing for it)."""
+
+    decodes: bool = False  # the step runs a decode round over the batch
+    lengths: np.ndarray | None = None  # shape [R]: drafts each running request verifies
+    emitted: np.ndarray | None = None  # shape [R]: tokens the backend emitted per request
+    stop: np.ndarray | None = None  # shape [R] bool: ended on end-of-sequence (None: none did)
+    takes: list[int] = field(default_factory=list)  # prefill tokens per chunked entry, in order
+    completing: list[list[int]] = field(default_factory=list)  # entries whose prompt completes
+    first_stop: np.ndarray | None = None  # per completing entry: first token is end-of-sequence
 
 
 class Replica:
@@ -95,25 +105,20 @@ class Replica:
         )
         self.observe = getattr(policy, "observe", None)
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
-        # (ctx + pad) // block_size = _blocks_for(ctx + lookahead): a round's KV need
+        # (ctx + pad) // block_size = kv.blocks_for(ctx + lookahead): a round's KV need
         self.pad = self.lookahead + cfg.block_size - 1
         self.waiting: deque[int] = deque()
         self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
-        self.blocks = np.zeros(0, np.int64)  # KV blocks each batch row holds
+        self.kv = KvBlocks(cfg.kv_tokens, cfg.block_size)
         self.rounds = 0  # decode rounds run so far
         self._set_running(0)
         self.batch_ctx = 0  # the batch's total context
-        self.batch_blocks = 0  # the batch's total KV blocks
         self.admissions = 0
-        self.used_blocks = 0
-        self.kv_blocks = cfg.kv_blocks
-        bs = cfg.block_size
-        self.block_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else None
         self.steps = StepRecorder()
-        self._plan: tuple = ()  # what the step in flight commits when it ends
+        self.plan = StepPlan()
         self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
         self._check_fits()
 
@@ -129,12 +134,9 @@ class Replica:
                 f"more than --kv-tokens {self.cfg.kv_tokens}",
             )
 
-    def _blocks_for(self, tokens):
-        return -(-tokens // self.cfg.block_size)
-
     @property
     def free_blocks(self) -> int:
-        return self.kv_blocks - self.used_blocks
+        return self.kv.free
 
     @property
     def holds(self) -> int:
@@ -166,11 +168,10 @@ class Replica:
         while self.waiting and self.running + len(self.prefilling) < self.cfg.max_seqs:
             i = self.waiting[0]
             context = self._context(i)
-            need = self._blocks_for(context + 1)
-            if self.used_blocks + need > self.kv_blocks:
+            need = self.kv.blocks_for(context + 1)
+            if not self.kv.admit(need):
                 break
             self.waiting.popleft()
-            self.used_blocks += need
             if i in self.kv_ready:
                 self.kv_ready.discard(i)
                 self._join(i, need, self.admissions)
@@ -179,22 +180,9 @@ class Replica:
             self.admissions += 1
 
     def _reserve_decode_blocks(self) -> None:
-        """Grow the batch's KV to hold this round's verify tokens; preempt if it cannot."""
-        while self.running:
-            # _blocks_for(ctx + lookahead) in two operations; blocks never shrink: need >= held
-            need = self.kv_end - self.left
-            if self.block_shift is None:
-                need //= self.cfg.block_size
-            else:  # the same for a power of two, without integer division
-                need >>= self.block_shift
-            grow = total(need) - self.batch_blocks
-            if grow == 0:
-                return
-            if self.used_blocks + grow <= self.kv_blocks:
-                self.blocks = need
-                self.used_blocks += grow
-                self.batch_blocks += grow
-                return
+        """Grow the batch's KV to hold this round's verify tokens (ctx + lookahead, with `pad`
+        carrying the ceiling); preempt the most recently admitted request until it fits."""
+        while self.running and not self.kv.reserve_rows(self.kv_end - self.left):
             victim = int(np.argmax(self.batch[:, ORDER]))
             i = int(self.ids[victim])
             self.rec.preemptions[i] += 1
@@ -210,14 +198,10 @@ class Replica:
         context = gone[:, KV_END] - gone[:, LEFT] - self.pad
         self.rec.counters[ids] = self._counters(gone, context)
         self.rec.generated[ids] = context - self.w.prompt_tokens[ids]
-        blocks = total(self.blocks[rows])
-        self.used_blocks -= blocks
-        self.batch_blocks -= blocks
+        self.kv.free_rows(rows)
         self.batch_ctx -= total(context)
-        stay = ~rows
-        self.blocks = self.blocks[stay]
-        self.rows[: len(self.blocks)] = b[stay]
-        self._set_running(len(self.blocks))
+        self.rows[: len(self.kv.rows)] = b[~rows]
+        self._set_running(len(self.kv.rows))
         self.backend.released(ids)
 
     def _counters(self, rows: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -240,9 +224,8 @@ class Replica:
             verified,
             accepted - context + rounds,
         )
-        self.blocks = np.append(self.blocks, blocks)
+        self.kv.join_row(blocks)
         self.batch_ctx += context
-        self.batch_blocks += blocks
         self._set_running(self.running + 1)
 
     def _set_running(self, n: int) -> None:
@@ -279,48 +262,50 @@ class Replica:
         if self.waiting:
             self._admit()
         self._reserve_decode_blocks()
-        b = self.batch
         takes = self._prefill_chunks() if self.prefilling else []
-        r, p = len(b), sum(takes)
+        r, p = self.running, sum(takes)
         if r == 0 and p == 0:
             return None
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.
         ctx = self.batch_ctx / r if r else 0.0
         p_ctx = self._prefill_context(takes) / len(takes) if takes else 0.0
         price = self.latency.priced(r, ctx, p, len(takes), p_ctx, self.cfg.fused_prefill)
-        draft_s, decode, verify_tokens = 0.0, None, 0
-        if r:
-            ids = self.ids
-            conf, truth = self.backend.draw(ids, self.rng)
-            if self.drafts:
-                draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
-            if self.synchronous:  # the verify pass waits for the host's schedule
-                draft_s += self.cfg.sched.seconds(r)
-            lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
-            emitted, stop = self.backend.verify(ids, lengths, truth)
-            if self.observe is not None:
-                self.observe(lengths, emitted - 1)
-            verify_tokens = r + total(lengths)
-            decode = (lengths, emitted, stop)
-        completing, first_stop = [], None
+        plan = self.plan
+        plan.decodes = r > 0
+        draft_s, verify_tokens = self._decode_round(plan, r, ctx, price) if r else (0.0, 0)
+        plan.takes = takes
         if takes:  # the backend runs each chunk in the step that schedules it
             chunked = self.prefilling[: len(takes)]
             done = [e[1] == t for e, t in zip(chunked, takes, strict=True)]
-            completing = [e for e, d in zip(chunked, done, strict=True) if d]
-            first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
+            plan.completing = [e for e, d in zip(chunked, done, strict=True) if d]
+            plan.first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
         modelled = draft_s + price(verify_tokens)
         step_s = self.clock.seconds(started, modelled)
-        self.steps.add(now, step_s, r, verify_tokens + p, p, self.used_blocks)
-        self._plan = (decode, takes, completing, first_stop)
+        self.steps.add(now, step_s, r, verify_tokens + p, p, self.kv.used)
         return step_s
+
+    def _decode_round(self, plan: StepPlan, r: int, ctx: float, price) -> tuple[float, int]:
+        """Draft, schedule and verify one round of the batch's r requests into `plan`:
+        the drafter's (and a synchronous scheduler's) seconds and the verify pass's tokens."""
+        ids = self.ids
+        conf, truth = self.backend.draw(ids, self.rng)
+        draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price) if self.drafts else 0.0
+        if self.synchronous:  # the verify pass waits for the host's schedule
+            draft_s += self.cfg.sched.seconds(r)
+        lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
+        emitted, stop = self.backend.verify(ids, lengths, truth)
+        if self.observe is not None:
+            self.observe(lengths, emitted - 1)
+        plan.lengths, plan.emitted, plan.stop = lengths, emitted, stop
+        return draft_s, r + total(lengths)
 
     def commit(self, end: float) -> None:
         """End the planned step at time `end`: emit its tokens, finish and move requests."""
-        decode, takes, completing, first_stop = self._plan
-        if decode is not None:
-            self._commit_decode(*decode, end)
-        if takes:
-            self._commit_prefill(takes, completing, first_stop, end)
+        plan = self.plan
+        if plan.decodes:
+            self._commit_decode(plan.lengths, plan.emitted, plan.stop, end)
+        if plan.takes:
+            self._commit_prefill(plan.takes, plan.completing, plan.first_stop, end)
 
     def _commit_decode(
         self, lengths: np.ndarray, emitted: np.ndarray, stop: np.ndarray | None, end: float
@@ -369,7 +354,7 @@ class Replica:
             if not ends and self.handoff is None:
                 self._join(i, blocks, order)
                 continue
-            self.used_blocks -= blocks
+            self.kv.release(blocks)
             self.backend.released(np.array([i]))
             if not ends:  # a prefill-only replica: decode happens elsewhere
                 self.handoff(i, end)
@@ -417,7 +402,7 @@ class Replica:
         return (
             f"{self.rec.finished}/{len(self.w)} finished, {len(self.waiting)} waiting, "
             f"{len(self.prefilling)} prefilling, {self.running} decoding, "
-            f"{self.used_blocks}/{self.kv_blocks} KV blocks"
+            f"{self.kv.used}/{self.kv.capacity} KV blocks"
         )
 
     def step_log(self) -> StepLog:

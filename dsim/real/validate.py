@@ -150,12 +150,17 @@ class Settings:
 
 def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
     """`light=0.333,moderate=0.667` -> ((name, busy fraction), ...)."""
-    loads = spec_grammar.key_values(text, "--loads", "NAME=BUSY")
-    for name, busy in loads.items():
-        if not name:
-            raise InputError(None, None, f"--loads: entry {busy!r} needs a NAME=")
-        spec_grammar.number(busy, f"--loads entry {name!r}: BUSY", gt=0, lt=1)
-    return tuple((name, float(busy)) for name, busy in loads.items())
+    out = []
+    for name, value in spec_grammar.key_values(text, "--loads", "NAME=BUSY").items():
+        try:
+            busy = spec_grammar.number(value, "BUSY", gt=0, lt=1)
+        except InputError:
+            busy = None
+        if not name or busy is None:
+            entry = f"{name}={value}"
+            raise InputError(None, None, f"--loads entry {entry!r}: expected NAME=BUSY, 0<BUSY<1")
+        out.append((name, busy))
+    return tuple(out)
 
 
 def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:

@@ -64,6 +64,7 @@ class RunSpec:
         return asdict(self)
 
 
+SPEC_FIELDS = tuple(f.name for f in fields(RunSpec))
 _DEFAULTS = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
 
 

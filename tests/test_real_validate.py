@@ -20,9 +20,16 @@ from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
-from dsim.real.step_check import EngineCalibration
-from dsim.real.validate import Settings, validate
-from dsim.real.validation_plan import (
+from dsim.run import RunSpec
+from dsim.validation.figures import (
+    METRICS,
+    attribution,
+    comparisons,
+    ranking,
+    ratios,
+    validation_json,
+)
+from dsim.validation.plan import (
     choose_rate,
     expected_workload,
     rate_for_load,
@@ -31,15 +38,8 @@ from dsim.real.validation_plan import (
     split_rows,
     trace_half,
 )
-from dsim.real.validation_report import (
-    METRICS,
-    attribution,
-    comparisons,
-    ranking,
-    ratios,
-    validation_json,
-)
-from dsim.run import RunSpec
+from dsim.validation.step_check import EngineCalibration
+from dsim.validation.study import Settings, validate
 
 
 @pytest.fixture(autouse=True)

@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
         """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
         with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and
         report.md (the targets of issue 17 marked met or missed)."""
-        from dsim.real.validate import Settings, parse_loads, validate
+        from dsim.validation.study import Settings, parse_loads, validate
 
         settings = Settings(
             drafter,

@@ -1,10 +1,10 @@
 """`dsim validate`: the simulator's predictions against real-model runs (issues 7 and 17).
 
-The held-out prompts are split by row (`dsim.real.validation_plan`): the acceptance trace's
+The held-out prompts are split by row (`dsim.validation.plan`): the acceptance trace's
 rows on the even rows drive the simulations, real mode serves the odd rows. The target is
 profiled on this machine right before the real runs (unless a profile is given), and so is
 the drafter; then bursts of requests per policy on the trace half's prompts calibrate the
-profiles to the engine (`dsim.real.step_check`: a factor on the passes and an overhead per
+profiles to the engine (`dsim.validation.step_check`: a factor on the passes and an overhead per
 step that grows with its sequences and verify tokens, which the simulations and the rate rule
 then use), and the same bursts re-served after the last run measure the machine's drift.
 Each load (a target busy fraction under `mtp1`; its rate from the simulator by the stated
@@ -15,7 +15,7 @@ the same workload three ways per policy:
 2. simulation with the engine-calibrated profiles and the trace half (the "trace" model);
 3. simulation with the same profiles and a parametric acceptance preset.
 Both simulations get the real run's exact arrivals, prompt lengths and generated lengths.
-`dsim.real.validation_report` turns the runs into means and spread, errors, rankings, ratios,
+`dsim.validation.figures` turns the runs into means and spread, errors, rankings, ratios,
 targets and the error attribution (validation.json, comparison.json, diagnostics.json,
 report.md).
 """
@@ -46,14 +46,17 @@ from dsim.policies import Oracle, parse_policy
 from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
-from dsim.real.step_check import (
-    EngineCalibration,
-    TimedBackend,
-    priced_steps,
-    run_totals,
-    step_model_check,
+from dsim.run import RunResult, run_engine, write_run
+from dsim.run_inputs import resolve_engine
+from dsim.run_spec import RunSpec
+from dsim.validation.figures import (
+    METRICS,
+    attribution,
+    comparisons,
+    report_markdown,
+    validation_json,
 )
-from dsim.real.validation_plan import (
+from dsim.validation.plan import (
     arrivals_spec,
     generated_lengths,
     rate_for_load,
@@ -63,16 +66,13 @@ from dsim.real.validation_plan import (
     trace_prompts,
     write_trace_half,
 )
-from dsim.real.validation_report import (
-    METRICS,
-    attribution,
-    comparisons,
-    report_markdown,
-    validation_json,
+from dsim.validation.step_check import (
+    EngineCalibration,
+    TimedBackend,
+    priced_steps,
+    run_totals,
+    step_model_check,
 )
-from dsim.run import RunResult, run_engine, write_run
-from dsim.run_inputs import resolve_engine
-from dsim.run_spec import RunSpec
 from dsim.workload import Workload
 
 POLICIES = ("mtp1", "fixed:4", "dspark")
@@ -378,7 +378,7 @@ def burst_calibration(
 ) -> EngineCalibration:
     """Serve bursts of CALIBRATION_BURSTS trace-half prompts (never the measured runs'
     prompts) per policy for real and measure the pass factor and the engine overhead against
-    the raw profiles of `spec` (`dsim.real.step_check`); runs and engine.json go to
+    the raw profiles of `spec` (`dsim.validation.step_check`); runs and engine.json go to
     OUT/folder."""
     burst = out / "prompts-calibration.jsonl"
     write_prompt_file(burst, prompts[: max(CALIBRATION_BURSTS)])

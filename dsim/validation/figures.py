@@ -9,7 +9,7 @@ Error attribution of a simulated TPOT (first order, multiplicative, means over r
     TPOT_sim / TPOT_real = (1 + passes + overhead) x (tau_real / tau_sim) x (1 + queueing)
 with W the real run's step time (wall clock), M the part of it inside the model passes
 (drafter draft, target forward, LM head + softmax), P the step model's prediction for the
-real run's own batches (the engine-calibrated profiles, `dsim.real.step_check`) and O the
+real run's own batches (the engine-calibrated profiles, `dsim.validation.step_check`) and O the
 engine overhead it charges (o per step). P / W = 1 + passes + overhead splits the step model's
 error into shares of the real step time: passes = (P - O - M) / W, the model passes' error, and
 overhead = (O - (W - M)) / W, the charged overhead's (with O = 0 it is minus the engine's

@@ -87,5 +87,5 @@ def parse_loads(text: str) -> tuple[tuple[str, float], ...]:
     for name, busy in loads.items():
         if not name:
             raise InputError(None, None, f"--loads: entry {busy!r} needs a NAME=")
-        spec_grammar.number(busy, f"--loads entry {name!r}: BUSY", gt=0, lt=1)
+        spec_grammar.number(busy, f"--loads entry {name!r} (NAME=BUSY): BUSY", gt=0, lt=1)
     return tuple((name, float(busy)) for name, busy in loads.items())

@@ -15,6 +15,8 @@ from dsim.validation.settings import Settings
 
 @dataclass(frozen=True)
 class Bench:
+    """One study's settings and loaded models, where it writes and how it logs."""
+
     settings: Settings
     out: Path
     target: Any  # the loaded target (dsim.models.target)

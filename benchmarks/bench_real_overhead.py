@@ -29,8 +29,8 @@ from dsim.models.data import Prompt
 from dsim.models.drafters import Drafter, DrafterConfig
 from dsim.models.target import load_target
 from dsim.real.runner import profile_threads, run_real
-from dsim.real.step_check import TimedBackend
 from dsim.run import RunSpec
+from dsim.validation.step_check import TimedBackend
 
 PROFILE = "profiles/cpu-smollm2-135m.csv"
 BATCH = 16

@@ -18,6 +18,7 @@ from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
 from dsim.real import commands as real_commands
+from dsim.validation import commands as validation_commands
 
 app = typer.Typer(
     help="dsim: design and compare speculative-decoding verification schedulers.",
@@ -29,6 +30,7 @@ app = typer.Typer(
 for module in (
     run_commands,
     real_commands,
+    validation_commands,
     hardware_commands,
     acceptance_commands,
     models_commands,

@@ -1,16 +1,17 @@
-"""`dsim validate` (issue 17): the prompt split, the rate rule, the figures and the end-to-end
+"""`dsim validate`: the prompt split, the rate rule, the figures and the end-to-end
 run on the tiny target (real runs, trace and preset simulations at two loads)."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli, write_flat_profile
+from conftest import ROOT, run_cli, write_flat_profile
 from test_real import untrained_drafter
 
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
@@ -20,9 +21,16 @@ from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
-from dsim.real.step_check import EngineCalibration
-from dsim.real.validate import Settings, validate
-from dsim.real.validation_plan import (
+from dsim.run import RunSpec
+from dsim.validation.figures import (
+    METRICS,
+    attribution,
+    comparisons,
+    ranking,
+    ratios,
+    validation_json,
+)
+from dsim.validation.plan import (
     choose_rate,
     expected_workload,
     rate_for_load,
@@ -31,15 +39,9 @@ from dsim.real.validation_plan import (
     split_rows,
     trace_half,
 )
-from dsim.real.validation_report import (
-    METRICS,
-    attribution,
-    comparisons,
-    ranking,
-    ratios,
-    validation_json,
-)
-from dsim.run import RunSpec
+from dsim.validation.settings import Settings
+from dsim.validation.step_check import EngineCalibration
+from dsim.validation.study import validate
 
 
 @pytest.fixture(autouse=True)
@@ -390,3 +392,21 @@ def test_trace_without_rows_on_the_trace_half_exits_2(monkeypatch, capsys, tmp_p
         "--drafter", str(ckpt), "--acceptance", str(odd), "--prompts", str(prompts),
     )  # fmt: skip
     assert code == 2 and "no rows on the trace half" in err and not out.exists()
+
+
+HISTORY = re.compile(r"issues? \d+|\bv\d+\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("command", ["validate", "serve"])
+def test_help_speaks_of_the_tool_not_its_history(monkeypatch, capsys, command):
+    """Version notes and issue numbers live in experiments/validation/README.md."""
+    monkeypatch.setenv("COLUMNS", "400")  # no line break inside a note
+    code, out, _ = run_cli(monkeypatch, capsys, command, "--help")
+    assert code == 0 and "--max-new-tokens" in out
+    assert not HISTORY.search(out), HISTORY.search(out)
+
+
+def test_the_study_keeps_no_version_diary():
+    package = ROOT / "dsim" / "validation"
+    for path in [*package.glob("*.py"), ROOT / "dsim" / "real" / "commands.py"]:
+        assert not HISTORY.search(path.read_text()), path

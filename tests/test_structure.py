@@ -82,6 +82,17 @@ def test_the_engine_imports_no_layer_above_it(name):
     assert not bad, f"{name} imports {sorted(bad)}"
 
 
+def test_only_the_cli_imports_the_validation_study():
+    """The study sits above every layer it checks: nothing below it imports it."""
+    users = {
+        name
+        for name, deps in GRAPH.items()
+        if not name.startswith("dsim.validation")
+        and any(d == "dsim.validation" or d.startswith("dsim.validation.") for d in deps)
+    }
+    assert users == {"dsim.cli"}
+
+
 READERS = ("window", "pair", "draft_cost", "sched_cost", "acceptance", "synthetic")
 
 

@@ -1,11 +1,8 @@
-"""Defaults of `dsim validate` (and `dsim serve`'s prompts), shared by the command and the
-study without either importing the other (the study's heavy imports stay out of the CLI)."""
+"""The held-out prompt file: `dsim serve`'s default prompts and the prompts `dsim validate`
+splits (kept apart from both commands so neither imports the other)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_DRAFTER = Path("drafters/markov.pt")
-DEFAULT_TRACE = Path("traces/acceptance/smollm2-markov.parquet")
 DEFAULT_PROMPTS = Path("traces/prompts/heldout.jsonl")
-DEFAULT_REPEATS = 3

@@ -1,19 +1,18 @@
 """Real steps against the step-time model: time a real run's model passes, price its own
-batches with the profiles, and calibrate the profiles on a separate burst (issue 17).
+batches with the profiles, and calibrate the profiles on a separate burst.
 
 A wall-clock step W of real mode is the model passes M (drafter draft, target forward, LM head
 and softmax) plus the engine's and backend's own time (scheduling, sampling, bookkeeping). A
 profile measures passes alone, in isolation, so priced on a run's own batches it predicts P
-for M, not W. `dsim validate` therefore serves short bursts before its measured runs (the
-rule, fixed before the v6 report; the overhead's form before v7): per policy, a burst of 2 and
-a burst of 8 requests, and measures
+for M, not W. `dsim validate` therefore serves short bursts before its measured runs
+(`dsim.validation.bursts`): per policy, a burst of 2 and a burst of 8 requests, and measures
 
     pass factor k = sum M / sum P,   engine overhead per step o = a + b R + c V
 
 (R running sequences, V verify tokens) fitted by non-negative least squares on the bursts'
-per-run totals, sum(W - M) = a steps + b sum R + c sum V (the burst sizes vary R, the policies
-V per sequence: v6's single constant, fitted on 8-request bursts at R ~ 6.6, charged 7.9 ms a
-step where the measured runs, at R ~ 1-3, spent 2.4-3.8). The simulations use
+per-run totals, sum(W - M) = a steps + b sum R + c sum V. The burst sizes vary R, the policies
+V per sequence: the overhead grows with both, so a constant fitted on bursts of many
+sequences over-charges runs of few (experiments/validation/README.md). The simulations use
 *engine-calibrated* profiles: every target profile row becomes k x latency + a + b R (+ c B on
 verify rows; R a prefill row's prefilling sequences), so a mixed step pays a once (the step
 model's fixed term carries it); every drafter profile row k x latency.

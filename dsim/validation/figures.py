@@ -1,6 +1,7 @@
 """`dsim validate`'s figures from its runs: means and spread over repeats, errors of the mean,
-the ranking of the policies, the ratios policy/mtp1, the targets of issue 17 and the error
-attribution, as validation.json / comparison.json and report.md.
+the ranking of the policies, the ratios policy/mtp1, the accuracy targets and the error
+attribution, as validation.json and comparison.json (`dsim.validation.report` writes them as
+report.md).
 
 Every function reads a tidy frame with one row per (load, seed, policy, kind) where kind is
 "real" (the real run), "trace" or "preset" (its simulations), and one column per metric.
@@ -9,7 +10,7 @@ Error attribution of a simulated TPOT (first order, multiplicative, means over r
     TPOT_sim / TPOT_real = (1 + passes + overhead) x (tau_real / tau_sim) x (1 + queueing)
 with W the real run's step time (wall clock), M the part of it inside the model passes
 (drafter draft, target forward, LM head + softmax), P the step model's prediction for the
-real run's own batches (the engine-calibrated profiles, `dsim.real.step_check`) and O the
+real run's own batches (the engine-calibrated profiles, `dsim.validation.step_check`) and O the
 engine overhead it charges (o per step). P / W = 1 + passes + overhead splits the step model's
 error into shares of the real step time: passes = (P - O - M) / W, the model passes' error, and
 overhead = (O - (W - M)) / W, the charged overhead's (with O = 0 it is minus the engine's
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from dsim.report import markdown_table
 
 METRICS = ("throughput_tok_s", "tpot_p50_s", "tpot_p90_s", "ttft_p50_s", "accepted_length_mean")
 LABELS = {
@@ -103,7 +102,7 @@ def ratios(means: dict[str, float]) -> dict[str, float]:
 
 def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
     """Per load: TPOT p50 means, the ranking and the ratios policy/mtp1, real and simulated,
-    and the targets of issue 17 (met or not) for the `kind` simulation."""
+    and the accuracy targets (met or not) for the `kind` simulation."""
     out = {}
     for load in dict.fromkeys(frame["load"]):
         policies = list(dict.fromkeys(frame[frame.load == load]["policy"]))
@@ -169,145 +168,3 @@ def attribution(parts: pd.DataFrame) -> pd.DataFrame:
             "charged_ms_per_step": 1e3 * g.overhead_charged_s / g.steps,
         }
     )
-
-
-FIXES = {
-    "passes": "re-measure the profile through real mode's own step, closer in time to the "
-    "runs, or model what it misses (sequences, context)",
-    "engine_overhead": "fit the engine's own time per step on bursts closer to the runs' batch "
-    "sizes, or per step rather than per run (the calibration's a + b R + c V)",
-    "acceptance": "replay acceptance from more trace rows (the trace half is small) or "
-    "condition it on the prompt",
-    "queueing": "more requests per run and repeats (queueing at small n is noisy), or fix the "
-    "components above, which queueing amplifies",
-}
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
-
-
-def _num(x: float) -> str:
-    return f"{x:.4g}"
-
-
-def report_markdown(
-    meta: dict,
-    plan: dict,
-    runs: list[dict],
-    results: dict,
-    comp: dict,
-    attr: pd.DataFrame,
-    drift: dict,
-) -> str:
-    """report.md: the machine and its drift, the loads and rates, every run's date and load
-    average, the results table, the ranking and ratios, the targets met/missed and the
-    attribution."""
-    lines = ["# dsim validate report", ""]
-    lines += [f"- {k}: {v}" for k, v in meta.items()]
-    change, tol = drift["change"], drift["tolerance"]
-    verdict = (
-        f"within the {tol:.0%} tolerance"
-        if abs(change) <= tol
-        else f"**beyond** the {tol:.0%} tolerance: this run's wall-clock comparison is not "
-        "evidence either way"
-    )
-    lines += [
-        "",
-        f"Machine drift: the same bursts re-served after the last run took {_pct(change)} "
-        f"time in the model passes (pass factor {drift['pass_factor_start']:.4f} at the start, "
-        f"{drift['pass_factor_end']:.4f} at the end): {verdict}.",
-    ]
-    lines += ["", "## Loads (rate rule: simulated mtp1 busy fraction, bisection on the rate)", ""]
-    rows = []
-    for name, p in plan.items():
-        real_busy = [r["real_busy"] for r in runs if r["load"] == name and r["policy"] == BASELINE]
-        rows.append(
-            [
-                name,
-                f"{p['busy_target']:.3f}",
-                _num(p["rate"]),
-                f"{p['sim_busy']:.3f}",
-                ", ".join(f"{b:.3f}" for b in real_busy) or "-",
-            ]
-        )
-    header = ["load", "target busy", "rate (req/s)", "sim mtp1 busy", "real mtp1 busy (runs)"]
-    lines += [markdown_table(header, rows), "", "## Runs", ""]
-    rows = [
-        [
-            r["load"],
-            str(r["seed"]),
-            r["policy"],
-            r["start_utc"],
-            f"{r['wall_s']:.0f}",
-            " / ".join(f"{x:.2f}" for x in r["load_average_before"]),
-            " / ".join(f"{x:.2f}" for x in r["load_average_after"]),
-            f"{r['real_busy']:.3f}",
-        ]
-        for r in runs
-    ]
-    header = ["load", "seed", "policy", "start (UTC)", "wall s", "loadavg before", "after", "busy"]
-    lines += [markdown_table(header, rows), ""]
-    for load in comp:
-        lines += [f"## {load}: real vs simulated (mean ± sd over repeats)", ""]
-        rows = []
-        for policy, kinds in results.items():
-            for metric in METRICS:
-                cells = [policy, LABELS[metric]]
-                for kind in SIM_KINDS:
-                    v = kinds[kind][metric]["loads"].get(load)
-                    if v is None:
-                        break
-                    if kind == SIM_KINDS[0]:
-                        cells.append(f"{_num(v['real'])} ± {_num(v['real_sd'])}")
-                    cells += [f"{_num(v['sim'])} ± {_num(v['sim_sd'])}", _pct(v["error"])]
-                else:
-                    rows.append(cells)
-        header = ["policy", "metric", "real", "trace sim", "error", "preset sim", "error"]
-        lines += [markdown_table(header, rows), ""]
-        c = comp[load]
-        lines += [
-            f"Ranking by TPOT p50: real {' < '.join(c['real']['ranking'])}; "
-            f"trace sim {' < '.join(c['sim']['ranking'])}.",
-            "",
-        ]
-        if "ratios" in c["real"]:
-            rows = [
-                [p, f"{c['real']['ratios'][p]:.3f}", f"{c['sim']['ratios'][p]:.3f}", _pct(e)]
-                for p, e in c["ratio_errors"].items()
-            ]
-            lines += [markdown_table(["TPOT p50 / mtp1", "real", "sim", "error"], rows), ""]
-        lines += ["Targets (trace-driven simulation):", ""]
-        for name, met in c["targets"].items():
-            lines.append(f"- {name}: **{'met' if met else 'missed'}**")
-        lines.append("")
-    lines += ["## Error attribution of the trace simulation's TPOT p50 (means over repeats)", ""]
-    rows = [
-        [
-            a.load,
-            a.policy,
-            _pct(a.tpot_error),
-            _pct(a.passes),
-            _pct(a.engine_overhead),
-            f"{a.overhead_ms_per_step:.2f}",
-            f"{a.charged_ms_per_step:.2f}",
-            _pct(a.acceptance),
-            _pct(a.queueing),
-        ]
-        for a in attr.itertuples()
-    ]
-    header = ["load", "policy", "TPOT error", "step model: passes", "overhead"]
-    header += ["overhead ms/step real", "charged", "acceptance", "queueing"]
-    lines += [markdown_table(header, rows), ""]
-    missed = [(ld, n) for ld, c in comp.items() for n, met in c["targets"].items() if not met]
-    if missed:
-        parts = ["passes", "engine_overhead", "acceptance", "queueing"]
-        share = attr[parts].abs().mean()
-        worst = str(share.idxmax())
-        lines += [
-            f"Missed: {', '.join(f'{n} ({ld})' for ld, n in missed)}. The largest component "
-            f"(mean |factor| over loads and policies) is {worst} ({100 * share[worst]:.1f}%); "
-            f"the fix that would close it: {FIXES[worst]}.",
-            "",
-        ]
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""What `dsim validate` serves, and at which rates (issue 17).
+"""What `dsim validate` serves, and at which rates.
 
 The prompt split: the acceptance trace that drives the simulation must come from prompts other
 than the ones validation serves. `dsim collect` numbers sequences by their row in its prompt

@@ -1,0 +1,39 @@
+"""The bench every phase of a validation works on: its settings, the loaded models, the
+output folder and the log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsim.hardware.latency import profile_metadata
+from dsim.validation.settings import Settings
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One study's settings and loaded models, where it writes and how it logs."""
+
+    settings: Settings
+    out: Path
+    target: Any  # the loaded target (dsim.models.target)
+    drafter: Any  # the loaded drafter
+    log: Callable[[str], None]
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def load(cls, s: Settings, out: Path, log: Callable[[str], None]) -> Bench:
+        """Load the models with the torch threads of the given profile, or 1 (real mode's) for
+        the profile measured here."""
+        import torch
+
+        from dsim.real.runner import load_models, profile_threads
+
+        threads = profile_threads(profile_metadata(s.profile)) if s.profile is not None else 1
+        if threads:
+            torch.set_num_threads(threads)
+        target, drafter = load_models(s.target, s.drafter)
+        return cls(s, out, target, drafter, log)

@@ -1,0 +1,60 @@
+"""The profiles a validation measures on its own machine right before the real runs: never
+clock a validation by another machine's profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dsim.hardware.latency import write_profile
+from dsim.models.data import Prompt
+from dsim.real.profile import write_cpu_profile
+from dsim.validation.bench import Bench
+
+DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
+PROFILE_WARMUP = 1  # untimed passes per point: the timed rounds run them all again
+
+
+def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:
+    """Median wall time of the real drafter's batched draft() at R sequences; written as a
+    drafter profile of one block pass per round (batch_tokens = R x gamma, num_seqs = R, one
+    context: the drafter reads no KV cache), read with --drafter-kind block."""
+    import torch
+
+    from dsim.models.drafters import time_draft
+
+    rows = []
+    for r in DRAFTER_BATCHES:
+        times = time_draft(drafter, target.hidden_size, r, repeats)
+        p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
+        rows.append((r * drafter.gamma, 0, p50, r, p10, p90))
+    cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
+    df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])
+    meta = {
+        "estimate": False,
+        "method": "measured: wall time of the real drafter's draft() at R sequences",
+        "model": str(getattr(drafter, "config", "drafter")),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+    }
+    write_profile(df, out, meta)
+    return df
+
+
+def measure_profiles(bench: Bench, served: list[Prompt]) -> tuple[Path, Path, np.ndarray]:
+    """The drafter's profile, and the target's unless one was given: (target profile,
+    drafter profile, the served prompts' token lengths)."""
+    s, target, drafter = bench.settings, bench.target, bench.drafter
+    draft_profile = bench.out / "drafter-profile.csv"
+    bench.log(f"profiling the drafter on this machine ({draft_profile})")
+    measure_drafter_profile(drafter, target, draft_profile)
+    prompt_lengths = np.array([len(target.encode_chat(p.prompt)) for p in served], np.int64)
+    profile = s.profile
+    if profile is None:
+        profile = bench.out / "profile.csv"
+        bench.log(f"profiling {s.target} on this machine ({profile})")
+        grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens, drafter.gamma + 1)
+        write_cpu_profile(target, s.target, grid, profile, warmup=PROFILE_WARMUP, progress=False)
+    return profile, draft_profile, prompt_lengths

@@ -1,0 +1,115 @@
+"""One measured run: real mode with the wall clock, then its trace- and preset-driven
+simulations on the workload it actually served."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from dsim.acceptance.sources import parse_acceptance
+from dsim.engine.backend import Simulated
+from dsim.metrics import per_user
+from dsim.real.runner import RealRun, run_real, write_real_run
+from dsim.run import RunResult, run_engine, write_run
+from dsim.run_inputs import resolve_engine
+from dsim.run_spec import RunSpec
+from dsim.validation.bench import Bench
+from dsim.validation.figures import METRICS
+from dsim.validation.step_check import (
+    EngineCalibration,
+    TimedBackend,
+    priced_steps,
+    run_totals,
+    step_model_check,
+)
+from dsim.workload import Workload
+
+
+def utc() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def realized(run: RealRun) -> Workload:
+    """The real run's workload with the lengths it actually generated (caps become exact)."""
+    req = run.result.requests
+    return Workload(
+        req["arrival_s"].to_numpy(np.float64),
+        req["prompt_tokens"].to_numpy(np.int64),
+        req["output_tokens"].to_numpy(np.int64),
+        "real run",
+    )
+
+
+def run_metrics(result: RunResult) -> dict[str, float]:
+    """The compared metrics of one run (TPOT p90 from its per-request TPOTs)."""
+    tpot = per_user(result.requests)["tpot_s"].dropna().to_numpy()
+    out = {m: float(result.summary[m]) for m in METRICS if m in result.summary}
+    out["tpot_p90_s"] = float(np.percentile(tpot, 90)) if len(tpot) else float("nan")
+    out["busy_fraction"] = float(result.summary["busy_fraction"])
+    return out
+
+
+def one_run(
+    bench: Bench,
+    spec: RunSpec,
+    prompts: Path,
+    trace: str,
+    folder: Path,
+    cal: EngineCalibration,
+) -> tuple[dict, dict[str, dict[str, float]], dict[str, float]]:
+    """One real run and its two simulations (with the engine-calibrated profiles of `spec`):
+    run info, metrics per kind, attribution parts."""
+    s = bench.settings
+    name = spec.policy.replace(":", "")
+    load_before, start_utc, t0 = os.getloadavg(), utc(), time.perf_counter()
+    run = run_real(
+        spec, bench.target, bench.drafter, prompts, "wall", s.max_new_tokens,
+        make_backend=TimedBackend,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost))
+    write_real_run(run, folder / f"{name}-real", priced)
+    measured = {"real": run_metrics(run.result)}
+    work = realized(run)
+    for kind, source in (("trace", trace), ("preset", s.preset)):
+        calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
+        sim_spec = replace(spec, acceptance=source, calibration=calibration)
+        backend = Simulated(parse_acceptance(source, spec.gamma, calibration))
+        sim = run_engine(resolve_engine(sim_spec), work, backend)
+        write_run(sim, sim_spec, folder / f"{name}-{kind}")
+        measured[kind] = run_metrics(sim)
+    check = step_model_check(priced)
+    info = {
+        "start_utc": start_utc,
+        "wall_s": wall,
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "real_busy": measured["real"]["busy_fraction"],
+        "step_model": check,
+    }
+    return info, measured, _parts(run, measured, check, cal)
+
+
+def _parts(
+    run: RealRun, measured: dict[str, dict[str, float]], check: dict, cal: EngineCalibration
+) -> dict[str, float]:
+    """What the error attribution (`figures.attribution`) reads of one real run."""
+    totals = run_totals(run, check["all_predicted_s"])
+    return {
+        "tpot_real": measured["real"]["tpot_p50_s"],
+        "tpot_sim": measured["trace"]["tpot_p50_s"],
+        "step_real_s": check["all_real_s"],
+        "step_predicted_s": check["all_predicted_s"],
+        "model_s": run.backend.model_s,
+        "overhead_charged_s": cal.overhead_s(
+            totals["seqs"], totals["verify_tokens"], totals["steps"]
+        ),
+        "steps": check["all_steps"],
+        "tau_real": measured["real"]["accepted_length_mean"],
+        "tau_sim": measured["trace"]["accepted_length_mean"],
+    }

@@ -4,6 +4,7 @@ shared with `dsim serve` (dsim/real/commands.py), which runs the same engine wit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -63,6 +64,11 @@ KV_BYTES = option(
 )
 
 
+def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
+    """The RunSpec of a command's options (its RunSpec fields, by name), with `fixed` set."""
+    return RunSpec(**{f: options[f] for f in SPEC_FIELDS if f in options}, **fixed)
+
+
 def show(result: RunResult, title: str) -> None:
     console.print(summary_table(result.summary, title))
     console.print(f"step model: {result.summary['step_model']}", highlight=False)
@@ -103,8 +109,7 @@ def run_cmd(
     progress: bool = PROGRESS,
 ) -> None:
     """Simulate replicas serving a trace under a verification policy."""
-    options = locals()
-    spec = RunSpec(**{f: options[f] for f in SPEC_FIELDS if f in options})
+    spec = spec_from(locals())
     if out is not None:
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
     with progress_bar("simulating requests", total=None, enabled=progress) as update:

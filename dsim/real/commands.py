@@ -125,23 +125,8 @@ def serve_cmd(
 ) -> None:
     """Serve a trace's arrivals with the real drafter and target through the simulator's
     engine and policies; generated texts go to OUT/texts.jsonl."""
-    spec = RunSpec(
-        trace=trace,
-        profile=profile,
-        policy=policy,
-        seed=seed,
-        window=window,
-        rate_scale=rate_scale,
-        max_requests=max_requests,
-        max_seqs=max_seqs,
-        kv_tokens=kv_tokens,
-        prefill_chunk=prefill_chunk,
-        draft_cost=draft_cost,
-        sla_tps=sla_tps,
-        sched_cost=sched_cost,
-        drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
-        calibration=calibration,
-    )
+    # the real drafter's draft() is one call per round, any policy: a block drafter's cost
+    spec = opts.spec_from(locals(), drafter_kind="block")
     serve(spec, RealModels(target, drafter, prompts, max_new_tokens, clock), out, progress)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from dsim.fileio import check_output_dir
+from dsim.policies import policy_usage
 from dsim.report import console, progress_bar, summary_table
 from dsim.run import (
     DEFAULT_ACCEPTANCE,
@@ -23,11 +24,7 @@ from dsim.run import (
 # Options both commands take, with one spelling and one help text.
 TRACE = typer.Option(DEFAULT_TRACE, help="Arrival trace file or synthetic:KEY=V,...")
 PROFILE = typer.Option(DEFAULT_PROFILE, help="Hardware load profile CSV of the target.")
-POLICY = typer.Option(
-    "dspark",
-    help="ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
-    "MODULE:CLASS | FILE.py:CLASS (docs/policies.md)",
-)
+POLICY = typer.Option("dspark", help=f"{policy_usage()} (docs/policies.md)")
 SEED = typer.Option(0, help="Random seed (same seed, same bytes).")
 WINDOW = typer.Option(None, help="Keep arrivals in START:END seconds.")
 RATE_SCALE = typer.Option(1.0, help="Scale the arrival rate (2 = twice the load).")

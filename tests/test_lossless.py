@@ -5,7 +5,7 @@ The rule and its worked counterexample: docs/design.md, The losslessness rule.
 Speculative decoding is exact only if the decision to verify draft k depends on nothing but
 drafts 1..k-1. Confidences here depend on the drafted tokens (c_k is a function of x_{k-1}),
 which is exactly what a global search without early stop, or an SLA that removes admitted
-candidates, gets wrong. Two checks (dsim/policy_check.py, also behind `dsim check-policy`):
+candidates, gets wrong. Two checks (dsim/policies/check.py, also behind `dsim check-policy`):
 the property on random instances, and a chi-square test of the decoded tokens.
 """
 
@@ -20,8 +20,9 @@ import torch
 
 from dsim.models.sampling import verify
 from dsim.models.toy_decoder import joint_pvalue
-from dsim.policies import _candidates, _theta, _to_lengths, global_capacity, parse_policy
-from dsim.policy_check import TOY_SETTINGS, check_property, toy_chains, toy_decode
+from dsim.policies import global_capacity, parse_policy
+from dsim.policies.check import TOY_SETTINGS, check_property, toy_chains, toy_decode
+from dsim.policies.schedule import candidates, throughput, to_lengths
 
 ROOT = Path(__file__).resolve().parent.parent
 BIASED = str(ROOT / "docs" / "examples" / "biased_policy.py")
@@ -32,8 +33,8 @@ BUILT_IN = ["ar", "mtp1", "fixed:2", "threshold:0.5", "goodput", "dspark", "dspa
 
 def global_search(conf, sps_fn, truth=None):
     """Synchronous global search WITHOUT the early stop (the flawed variant of Algorithm 1)."""
-    rows, _ = _candidates(conf)
-    return _to_lengths(rows[: global_capacity(conf, sps_fn)], conf.shape[0])
+    rows, _ = candidates(conf)
+    return to_lengths(rows[: global_capacity(conf, sps_fn)], conf.shape[0])
 
 
 class OldSlaCut:
@@ -47,8 +48,8 @@ class OldSlaCut:
 
     def lengths(self, conf, sps, truth):
         r = conf.shape[0]
-        rows, survival = _candidates(conf)
-        speed, theta = _theta(sps, r, survival)
+        rows, survival = candidates(conf)
+        speed, theta = throughput(sps, r, survival)
         worse = np.flatnonzero(np.diff(theta) <= 0)
         k = int(worse[0]) if len(worse) else len(survival)
         while self.sla_tps is not None and k > 0:
@@ -56,7 +57,7 @@ class OldSlaCut:
             if speed[k] * slowest >= self.sla_tps:
                 break
             k -= 1
-        return _to_lengths(rows[:k], r)
+        return to_lengths(rows[:k], r)
 
 
 # -- the property on random instances -----------------------------------------------------------

@@ -11,15 +11,12 @@ from dsim.policies import (
     DSparkAsync,
     Goodput,
     Threshold,
-    _candidates,
-    _sla_stop,
-    _sla_stop_dense,
-    _theta,
     dspark_lengths,
     global_capacity,
     parse_policy,
 )
-from dsim.policy_check import random_conf, random_sps
+from dsim.policies.check import random_conf, random_sps
+from dsim.policies.schedule import _sla_stop_dense, candidates, sla_stop, throughput
 
 
 def convex_latency(knee: float, slope: float = 1.0, base: float = 0.0):
@@ -130,11 +127,11 @@ def test_sla_fast_path_equals_dense_path(seed):
     rng = np.random.default_rng(seed)
     r, gamma = int(rng.integers(1, 40)), int(rng.integers(1, 8))
     conf = random_conf(rng, r, gamma)
-    rows, survival = _candidates(conf)
-    speed, _ = _theta(random_sps(rng, r * (gamma + 1)), r, survival)
+    rows, survival = candidates(conf)
+    speed, _ = throughput(random_sps(rng, r * (gamma + 1)), r, survival)
     sla = float(rng.uniform(0.3, 3.0) * speed[0])
     k = len(rows)
-    assert _sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
+    assert sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
         rows, survival, r, speed, sla
     )
 
@@ -270,9 +267,9 @@ def test_dspark_async_sla_stops_inside_its_budget():
     free, capped = DSparkAsync(), DSparkAsync(sla_tps=1.8 * sps(np.array([4]))[0])
     for _ in range(3):
         a, b = free.lengths(conf, sps, None), capped.lengths(conf, sps, None)
-    rows, survival = _candidates(conf)
+    rows, survival = candidates(conf)
     speed = sps(4 + np.arange(len(rows) + 1))
-    k = _sla_stop(rows, survival, 4, int(a.sum()), speed, capped.sla_tps)
+    k = sla_stop(rows, survival, 4, int(a.sum()), speed, capped.sla_tps)
     assert 0 < b.sum() == k < a.sum()
 
 

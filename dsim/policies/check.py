@@ -19,12 +19,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dsim.policies.protocol import Policy, policy_traits
+
 # SLA settings: none, or this factor times SPS(R), the speed of a round that verifies no draft;
 # 1e9 is an SLA no round can meet.
 SLA_FACTORS = (None, 0.6, 1.0, 1.4, 2.5, 1e9)
 MAX_REQUESTS, MAX_GAMMA = 5, 5
 
-MakePolicy = Callable[[float | None], object]
+MakePolicy = Callable[[float | None], Policy]
 
 
 @dataclass
@@ -114,8 +116,9 @@ def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.nda
     policy = make_policy(inst.sla_tps)
     for conf, truth in inst.warmup:
         lengths = np.asarray(policy.lengths(conf, sps, truth))
-        if hasattr(policy, "observe"):
-            policy.observe(lengths, np.minimum(lengths, truth))
+        observe = policy_traits(policy).observe
+        if observe is not None:
+            observe(lengths, np.minimum(lengths, truth))
     twin = copy.deepcopy(policy)
     return (
         np.asarray(policy.lengths(inst.conf, sps, inst.truth)),
@@ -232,9 +235,10 @@ def toy_decode(
 
     def observe(lengths: np.ndarray, accepted: np.ndarray) -> None:
         for i, p in enumerate(policies):
-            if hasattr(p, "observe"):
+            hook = policy_traits(p).observe
+            if hook is not None:
                 part = slice(i * BATCH, (i + 1) * BATCH)
-                p.observe(lengths[part], accepted[part])
+                hook(lengths[part], accepted[part])
 
     target, draft = toy_chains()
     out, _ = speculative_decode(

@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from dsim.errors import InputError
+from dsim.policies.protocol import SPS, Traits, policy_traits
 
 
 def _import(target: str) -> ModuleType:
@@ -62,21 +63,25 @@ def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
 
 @dataclass
 class PlugIn:
-    """A user's policy behind the protocol checks; synchronous unless it says otherwise (it
-    reads this round's confidences, which must then be on the host)."""
+    """A user's policy behind the protocol checks, its traits read once with the protocol's
+    defaults filled in (`policy_traits`)."""
 
     inner: object
     name: str
+    traits: Traits = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.traits = policy_traits(self.inner)
 
     @property
     def drafts(self) -> bool:
-        return bool(self.inner.drafts)
+        return self.traits.drafts
 
     @property
     def synchronous(self) -> bool:
-        return bool(getattr(self.inner, "synchronous", True))
+        return self.traits.synchronous
 
-    def lengths(self, conf: np.ndarray, sps, truth: np.ndarray) -> np.ndarray:
+    def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray | None) -> np.ndarray:
         out = np.asarray(self.inner.lengths(conf, sps, truth))
         r, gamma = conf.shape
         if (
@@ -93,6 +98,5 @@ class PlugIn:
         return out.astype(np.int64)
 
     def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
-        hook = getattr(self.inner, "observe", None)
-        if hook is not None:
-            hook(lengths, accepted)
+        if self.traits.observe is not None:
+            self.traits.observe(lengths, accepted)

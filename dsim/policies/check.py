@@ -126,7 +126,7 @@ def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.nda
     )
 
 
-def _violates(make_policy: MakePolicy, inst: Instance) -> Counterexample | None:
+def violation(make_policy: MakePolicy, inst: Instance) -> Counterexample | None:
     a, b = _decide(make_policy, inst)
     r, d = inst.request, inst.draft
     return Counterexample(inst, a, b) if min(a[r], d) != min(b[r], d) else None
@@ -165,7 +165,7 @@ def _shrink(make_policy: MakePolicy, found: Counterexample) -> Counterexample:
                 )
             )
         for option in options:
-            smaller = _violates(make_policy, option)
+            smaller = violation(make_policy, option)
             if smaller is not None:
                 found, progress = smaller, True
                 break
@@ -187,7 +187,7 @@ def check_property(
             for _ in range(trials):
                 for factor in sla_factors:
                     runs += 1
-                    found = _violates(make_policy, random_instance(rng, r, gamma, factor))
+                    found = violation(make_policy, random_instance(rng, r, gamma, factor))
                     if found is not None:
                         return runs, _shrink(make_policy, found)
     return runs, None

@@ -11,12 +11,13 @@ from typing import Any, NoReturn, get_args
 
 import typer
 
-from dsim import policy_commands, run_commands
+from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
 from dsim.errors import InputError, Interrupted, SimulationStuck
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
+from dsim.policies import commands as policy_commands
 from dsim.real import commands as real_commands
 from dsim.validation import commands as validation_commands
 

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from dsim.fileio import check_output_dir
+from dsim.policies import policy_usage
 from dsim.report import console, progress_bar, summary_table
 from dsim.run import RUN_OWNER, RunResult, simulate, write_run
 from dsim.run_spec import SPEC_FIELDS, RunSpec, default
@@ -25,12 +26,7 @@ def option(field: str, help: str, panel: str):
 # Options both commands take, with one spelling and one help text.
 TRACE = option("trace", "Arrival trace file or synthetic:KEY=V,...", WORKLOAD)
 PROFILE = option("profile", "Hardware load profile CSV of the target.", ENGINE)
-POLICY = option(
-    "policy",
-    "ar | mtp1 | fixed:K | threshold:h | goodput | dspark | dspark-async | oracle | "
-    "MODULE:CLASS | FILE.py:CLASS (docs/policies.md)",
-    SPECULATION,
-)
+POLICY = option("policy", f"{policy_usage()} (docs/policies.md)", SPECULATION)
 SEED = option("seed", "Random seed (same seed, same bytes).", WORKLOAD)
 WINDOW = option("window", "Keep arrivals in START:END seconds.", WORKLOAD)
 RATE_SCALE = option("rate_scale", "Scale the arrival rate (2 = twice the load).", WORKLOAD)

@@ -31,7 +31,7 @@ from dsim.engine.config import (
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, profile_metadata
 from dsim.inputs import recording
-from dsim.policies import parse_policy
+from dsim.policies import Policy, policy_maker
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
@@ -47,21 +47,26 @@ class Profile:
 
 @dataclass(frozen=True)
 class PolicyFactory:
-    """Fresh policy objects for one run's replicas (policies may keep per-run state); the spec
-    was read, and a bad one refused, when the factory was made."""
+    """Fresh policy objects for one run's replicas (policies may keep per-run state), from a
+    spec read once (`policy_maker`); the first is built, and a bad spec refused, up front."""
 
     spec: str
-    sla_tps: float | None
-    first: Any  # the object built while checking the spec, handed to the first replica
+    make: Callable[[], Policy]
+    first: Policy  # handed to the first replica
+
+    @classmethod
+    def read(cls, spec: str, sla_tps: float | None) -> PolicyFactory:
+        make = policy_maker(spec, sla_tps)
+        return cls(spec, make, make())
 
     @property
     def drafts(self) -> bool:
         return bool(self.first.drafts)
 
-    def instances(self) -> Iterator[Any]:
+    def instances(self) -> Iterator[Policy]:
         yield self.first
         while True:
-            yield parse_policy(self.spec, self.sla_tps)
+            yield self.make()
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
             lambda: _kv_bytes(spec, profile),
         )
     with reading("policy"):
-        policy = PolicyFactory(spec.policy, spec.sla_tps, parse_policy(spec.policy, spec.sla_tps))
+        policy = PolicyFactory.read(spec.policy, spec.sla_tps)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
     config = EngineConfig(

@@ -4,17 +4,34 @@ engine's invariants on every run of the suite."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import settings
 
 from dsim.cli import main
+from dsim.policies.registry import BUILT_INS
 from dsim.run import RunResult, RunSpec, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests: the same examples on every CI run (a failure reproduces from the log), fresh
+# ones locally; no deadline, since a loaded machine would make timing failures of slow examples.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# A spec for each registered built-in whose usage names a parameter (`fixed:K`).
+EXAMPLE_ARGS = {"fixed:K": "fixed:2", "threshold:h": "threshold:0.5"}
+
+
+def example_specs() -> list[str]:
+    """One parsable spec of every registered built-in, in the registry's order."""
+    return [EXAMPLE_ARGS.get(entry.usage, entry.usage) for entry in BUILT_INS]
 
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:

@@ -5,7 +5,7 @@ The rule and its worked counterexample: docs/design.md, The losslessness rule.
 Speculative decoding is exact only if the decision to verify draft k depends on nothing but
 drafts 1..k-1. Confidences here depend on the drafted tokens (c_k is a function of x_{k-1}),
 which is exactly what a global search without early stop, or an SLA that removes admitted
-candidates, gets wrong. Two checks (dsim/policy_check.py, also behind `dsim check-policy`):
+candidates, gets wrong. Two checks (dsim/policies/check.py, also behind `dsim check-policy`):
 the property on random instances, and a chi-square test of the decoded tokens.
 """
 
@@ -17,23 +17,41 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import example_specs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from dsim.models.sampling import verify
 from dsim.models.toy_decoder import joint_pvalue
-from dsim.policies import _candidates, _theta, _to_lengths, global_capacity, parse_policy
-from dsim.policy_check import TOY_SETTINGS, check_property, toy_chains, toy_decode
+from dsim.policies import global_capacity, parse_policy
+from dsim.policies.check import (
+    MAX_GAMMA,
+    MAX_REQUESTS,
+    SLA_FACTORS,
+    TOY_SETTINGS,
+    Instance,
+    check_property,
+    toy_chains,
+    toy_decode,
+    violation,
+)
+from dsim.policies.schedule import candidates, throughput, to_lengths
 
 ROOT = Path(__file__).resolve().parent.parent
 BIASED = str(ROOT / "docs" / "examples" / "biased_policy.py")
 N_SEQ = 24000
 TARGET, _ = toy_chains()
-BUILT_IN = ["ar", "mtp1", "fixed:2", "threshold:0.5", "goodput", "dspark", "dspark-async"]
+# Every registered built-in but the oracle, which sees the outcome and is lossless by no rule.
+LOSSLESS = [spec for spec in example_specs() if spec != "oracle"]
+CONF_SET = (0.0, 0.3, 0.5, 0.8, 0.9, 1.0)
+EXAMPLES = 50  # per policy and SLA setting, beside the checker's 720 per policy
 
 
 def global_search(conf, sps_fn, truth=None):
     """Synchronous global search WITHOUT the early stop (the flawed variant of Algorithm 1)."""
-    rows, _ = _candidates(conf)
-    return _to_lengths(rows[: global_capacity(conf, sps_fn)], conf.shape[0])
+    rows, _ = candidates(conf)
+    return to_lengths(rows[: global_capacity(conf, sps_fn)], conf.shape[0])
 
 
 class OldSlaCut:
@@ -47,8 +65,8 @@ class OldSlaCut:
 
     def lengths(self, conf, sps, truth):
         r = conf.shape[0]
-        rows, survival = _candidates(conf)
-        speed, theta = _theta(sps, r, survival)
+        rows, survival = candidates(conf)
+        speed, theta = throughput(sps, r, survival)
         worse = np.flatnonzero(np.diff(theta) <= 0)
         k = int(worse[0]) if len(worse) else len(survival)
         while self.sla_tps is not None and k > 0:
@@ -56,12 +74,77 @@ class OldSlaCut:
             if speed[k] * slowest >= self.sla_tps:
                 break
             k -= 1
-        return _to_lengths(rows[:k], r)
+        return to_lengths(rows[:k], r)
 
 
 # -- the property on random instances -----------------------------------------------------------
-@pytest.mark.parametrize("spec", BUILT_IN)
+@functools.cache  # one strategy object per shape: building and validating them is the cost
+def confidences(r: int, gamma: int) -> st.SearchStrategy[np.ndarray]:
+    """Continuous confidences, or values from a small set (ties, zeros and ones)."""
+    values = st.one_of(st.floats(0.0, 1.0), st.sampled_from(CONF_SET))
+    return arrays(np.float64, (r, gamma), elements=values)
+
+
+@functools.cache
+def truths(rows: int, gamma: int) -> st.SearchStrategy[np.ndarray]:
+    """Accepted prefixes had every draft been verified (only the oracle reads them)."""
+    return arrays(np.int64, rows, elements=st.integers(0, gamma))
+
+
+@functools.cache
+def sps_steps(size: int) -> st.SearchStrategy[np.ndarray]:
+    """Latency steps between consecutive B, often none (flat stretches)."""
+    return arrays(np.float64, size, elements=st.one_of(st.just(0.0), st.floats(0.0, 3.0)))
+
+
+@st.composite
+def sps_tables(draw, max_tokens: int) -> np.ndarray:
+    """Steps per second by batch tokens: smooth, jagged (flat stretches and cliffs, where a
+    search without early stop looks ahead), or rising somewhere (the SLA stop's dense path)."""
+    size = max_tokens + 1
+    base = draw(st.floats(0.5, 5.0))
+    kind = draw(st.sampled_from(["smooth", "jagged", "any"]))
+    if kind == "smooth":
+        knee, slope = draw(st.floats(0.0, 6.0)), draw(st.floats(0.05, 1.0))
+        return 1.0 / (base + np.maximum(knee, np.arange(size)) * slope)
+    steps = draw(sps_steps(size))
+    return 1.0 / (base + (np.cumsum(steps) if kind == "jagged" else steps))
+
+
+@st.composite
+def instances(draw, with_sla: bool) -> Instance:
+    """One round asked twice, the second time with one request's confidences after draft j
+    changed, after 0-3 earlier rounds; sizes as `dsim check-policy` tries them."""
+    r, gamma = draw(st.integers(1, MAX_REQUESTS)), draw(st.integers(2, MAX_GAMMA))
+    sps = draw(sps_tables((r + 2) * (gamma + 1)))
+
+    warmup = [
+        (draw(confidences(rows, gamma)), draw(truths(rows, gamma)))
+        for rows in draw(st.lists(st.integers(1, r + 2), max_size=3))
+    ]
+    conf = draw(confidences(r, gamma))
+    request, draft = draw(st.integers(0, r - 1)), draw(st.integers(1, gamma - 1))
+    changed = conf.copy()
+    changed[request, draft:] = draw(confidences(1, gamma - draft))[0]
+    factor = draw(st.sampled_from(SLA_FACTORS[1:])) if with_sla else None
+    sla = None if factor is None else factor * float(sps[r])
+    truth = draw(truths(r, gamma))
+    return Instance(conf, changed, request, draft, sps, sla, warmup, truth)
+
+
+@pytest.mark.parametrize("with_sla", [False, True], ids=["no-sla", "sla"])
+@pytest.mark.parametrize("spec", LOSSLESS)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_no_policy_verifies_a_draft_by_the_drafts_after_it(spec, with_sla, data) -> None:
+    inst = data.draw(instances(with_sla))
+    found = violation(lambda sla: parse_policy(spec, sla), inst)
+    assert found is None, found.describe()
+
+
+@pytest.mark.parametrize("spec", LOSSLESS)
 def test_property_holds_for_every_built_in_policy_and_sla(spec: str) -> None:
+    """The checker behind `dsim check-policy`: every size and SLA setting, smallest first."""
     runs, found = check_property(lambda sla: parse_policy(spec, sla), trials=6, seed=1)
     assert found is None, found.describe()
     assert runs == 5 * 4 * 6 * 6

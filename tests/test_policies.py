@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 
 import numpy as np
 import pytest
+from conftest import ROOT, example_specs, run_cli
 
+from dsim.errors import InputError
 from dsim.policies import (
+    POLICY_NAMES,
     DSparkAsync,
     Goodput,
     Threshold,
-    _candidates,
-    _sla_stop,
-    _sla_stop_dense,
-    _theta,
+    Traits,
     dspark_lengths,
     global_capacity,
     parse_policy,
+    policy_traits,
+    policy_usage,
 )
-from dsim.policy_check import random_conf, random_sps
+from dsim.policies.check import random_conf, random_sps
+from dsim.policies.registry import BUILT_INS
+from dsim.policies.schedule import _sla_stop_dense, candidates, sla_stop, throughput
 
 
 def convex_latency(knee: float, slope: float = 1.0, base: float = 0.0):
@@ -130,11 +135,11 @@ def test_sla_fast_path_equals_dense_path(seed):
     rng = np.random.default_rng(seed)
     r, gamma = int(rng.integers(1, 40)), int(rng.integers(1, 8))
     conf = random_conf(rng, r, gamma)
-    rows, survival = _candidates(conf)
-    speed, _ = _theta(random_sps(rng, r * (gamma + 1)), r, survival)
+    rows, survival = candidates(conf)
+    speed, _ = throughput(random_sps(rng, r * (gamma + 1)), r, survival)
     sla = float(rng.uniform(0.3, 3.0) * speed[0])
     k = len(rows)
-    assert _sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
+    assert sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
         rows, survival, r, speed, sla
     )
 
@@ -270,9 +275,9 @@ def test_dspark_async_sla_stops_inside_its_budget():
     free, capped = DSparkAsync(), DSparkAsync(sla_tps=1.8 * sps(np.array([4]))[0])
     for _ in range(3):
         a, b = free.lengths(conf, sps, None), capped.lengths(conf, sps, None)
-    rows, survival = _candidates(conf)
+    rows, survival = candidates(conf)
     speed = sps(4 + np.arange(len(rows) + 1))
-    k = _sla_stop(rows, survival, 4, int(a.sum()), speed, capped.sla_tps)
+    k = sla_stop(rows, survival, 4, int(a.sum()), speed, capped.sla_tps)
     assert 0 < b.sum() == k < a.sum()
 
 
@@ -289,3 +294,74 @@ def test_synchronous_flags():
         "dspark": True,
         "dspark-async": False,
     }
+
+
+# -- the registry and the protocol's defaults ---------------------------------------------------
+@pytest.mark.parametrize("spec", example_specs())
+@pytest.mark.parametrize("sla", [None, 2.0])
+def test_every_registered_name_parses_to_a_fresh_policy_with_every_trait(spec, sla):
+    """Built-ins declare every trait themselves: none leans on the protocol's defaults."""
+    policy = parse_policy(spec, sla)
+    assert policy is not parse_policy(spec, sla)
+    assert isinstance(policy.drafts, bool) and isinstance(policy.synchronous, bool)
+    assert policy_traits(policy).synchronous == policy.synchronous
+
+
+def test_names_come_from_the_registry():
+    assert (*(entry.usage for entry in BUILT_INS), "MODULE:CLASS", "FILE.py:CLASS") == POLICY_NAMES
+    assert policy_usage() == " | ".join(POLICY_NAMES)
+
+
+@pytest.mark.parametrize("command", ["run", "check-policy"])
+def test_help_lists_every_name(monkeypatch, capsys, command):
+    monkeypatch.setenv("COLUMNS", "300")  # no wrapping inside the help's table
+    code, out, _ = run_cli(monkeypatch, capsys, command, "--help")
+    assert code == 0
+    assert policy_usage() in out
+
+
+@pytest.mark.parametrize("spec", ["bogus", "fixed:-1", "fixed:x", "threshold:2", "dspark:Foo"])
+def test_unknown_name_error_lists_every_name(spec):
+    with pytest.raises(InputError) as err:
+        parse_policy(spec)
+    assert str(err.value).endswith(f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+def test_kinds_without_a_claim_on_their_prefix_leave_it_to_plug_ins():
+    """`ar:X`, `mtp1:X` and `oracle:X` name a plug-in module `ar`, `mtp1` or `oracle`."""
+    for kind in ("ar", "mtp1", "oracle"):
+        with pytest.raises(InputError, match=f"cannot import '{kind}'"):
+            parse_policy(f"{kind}:Policy")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/policies.md", "docs/design.md"])
+def test_docs_name_every_built_in(doc):
+    text = (ROOT / doc).read_text()
+    assert all(f"`{entry.usage}`" in text for entry in BUILT_INS)
+
+
+def test_protocol_defaults_fill_in_what_a_policy_leaves_out():
+    class Bare:
+        drafts = True
+
+        def lengths(self, conf, sps, truth):
+            return np.zeros(conf.shape[0], np.int64)
+
+    assert policy_traits(Bare()) == Traits(drafts=True, synchronous=True, observe=None)
+    goodput = Goodput()
+    assert policy_traits(goodput) == Traits(True, False, goodput.observe)
+
+
+def test_policies_import_no_layer_above_them():
+    """Counting imports inside functions: dsim.errors, the spec grammar and each other, plus
+    the real sampling code for the checker's toy decoding (docs in dsim/policies/__init__.py)."""
+    shared = {"dsim.errors", "dsim.spec_grammar"}
+    allowed = shared | {"dsim.models.toy_decoder"}
+    for path in (ROOT / "dsim" / "policies").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in names:
+                if name.startswith("dsim") and not name.startswith("dsim.policies"):
+                    assert name in allowed, f"{path.name} imports {name}"
+                    assert name in shared or path.name == "check.py"

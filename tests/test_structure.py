@@ -130,3 +130,31 @@ def test_each_spec_field_is_read_once_per_run(tmp_path, reads, layout):
     simulate(spec)
     expected = {name: 1 for name in READERS} | {"pair": int("disagg" in layout)}
     assert dict(reads) == {k: v for k, v in expected.items() if v}
+
+
+def test_a_plugin_is_imported_once_and_built_once_per_replica(tmp_path):
+    """The policy spec is read once per run (its module imported once); each replica still gets
+    a fresh object."""
+    log = tmp_path / "log.txt"
+    plugin = tmp_path / "counted.py"
+    plugin.write_text(
+        "import numpy as np\n"
+        f"LOG = {str(log)!r}\n"
+        "open(LOG, 'a').write('import\\n')\n"
+        "class Counted:\n"
+        "    drafts = True\n"
+        "    def __init__(self):\n"
+        "        open(LOG, 'a').write('build\\n')\n"
+        "    def lengths(self, conf, sps, truth):\n"
+        "        return np.ones(conf.shape[0], dtype=np.int64)\n"
+    )
+    profile = write_flat_profile(tmp_path / "flat.csv", 10.0)
+    spec = RunSpec(
+        trace="synthetic:rate=20,n=12,prompt=32,output=8",
+        profile=str(profile),
+        acceptance="iid:0.7",
+        policy=f"{plugin}:Counted",
+        replicas=3,
+    )
+    simulate(spec)
+    assert log.read_text().split() == ["import", "build", "build", "build"]

@@ -43,6 +43,7 @@ from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel, StepRate
+from dsim.policies.protocol import Policy, policy_traits
 from dsim.workload import Workload
 
 # Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
@@ -85,7 +86,7 @@ class Replica:
         latency: LatencyModel,
         draft_cost: DraftCost,
         backend: Backend,
-        policy,
+        policy: Policy,
         cfg: EngineConfig,
         rng: np.random.Generator,
         records: Records,
@@ -97,13 +98,12 @@ class Replica:
         self.backend, self.policy, self.cfg, self.rng = backend, policy, cfg, rng
         self.rec, self.index, self.handoff = records, index, handoff
         self.clock = clock or ProfileClock()
-        self.drafts = policy.drafts
+        traits = policy_traits(policy)
+        self.drafts = traits.drafts
         # A synchronous policy needs this round's confidences on the host before the verify
         # pass can start: its scheduling cost is on the critical path (profile clock only).
-        self.synchronous = getattr(policy, "synchronous", False) and not isinstance(
-            self.clock, WallClock
-        )
-        self.observe = getattr(policy, "observe", None)
+        self.synchronous = traits.synchronous and not isinstance(self.clock, WallClock)
+        self.observe = traits.observe
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         # (ctx + pad) // block_size = kv.blocks_for(ctx + lookahead): a round's KV need
         self.pad = self.lookahead + cfg.block_size - 1

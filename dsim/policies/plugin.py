@@ -10,13 +10,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from dsim.errors import InputError
+from dsim.policies.protocol import SPS, Traits, policy_traits
 
 
 def _import(target: str) -> ModuleType:
@@ -33,8 +35,8 @@ def _import(target: str) -> ModuleType:
     return module
 
 
-def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
-    """Import `spec`'s class, build it, and wrap it in the checking adapter."""
+def plugin_maker(spec: str, sla_tps: float | None = None) -> Callable[[], PlugIn]:
+    """Import `spec`'s module once; the maker builds a fresh checked instance per call."""
     target, _, cls_name = spec.rpartition(":")
     try:
         module = _import(target)
@@ -45,6 +47,15 @@ def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise InputError(None, None, f"policy {spec!r}: {target!r} has no {cls_name!r}")
+    return lambda: _build(cls, cls_name, spec, sla_tps)
+
+
+def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
+    """Import `spec`'s class, build it, and wrap it in the checking adapter."""
+    return plugin_maker(spec, sla_tps)()
+
+
+def _build(cls: type, cls_name: str, spec: str, sla_tps: float | None) -> PlugIn:
     try:
         policy = cls() if sla_tps is None else cls(sla_tps=sla_tps)
     except Exception as exc:
@@ -62,21 +73,25 @@ def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
 
 @dataclass
 class PlugIn:
-    """A user's policy behind the protocol checks; synchronous unless it says otherwise (it
-    reads this round's confidences, which must then be on the host)."""
+    """A user's policy behind the protocol checks, its traits read once with the protocol's
+    defaults filled in (`policy_traits`)."""
 
     inner: object
     name: str
+    traits: Traits = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.traits = policy_traits(self.inner)
 
     @property
     def drafts(self) -> bool:
-        return bool(self.inner.drafts)
+        return self.traits.drafts
 
     @property
     def synchronous(self) -> bool:
-        return bool(getattr(self.inner, "synchronous", True))
+        return self.traits.synchronous
 
-    def lengths(self, conf: np.ndarray, sps, truth: np.ndarray) -> np.ndarray:
+    def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray | None) -> np.ndarray:
         out = np.asarray(self.inner.lengths(conf, sps, truth))
         r, gamma = conf.shape
         if (
@@ -93,6 +108,5 @@ class PlugIn:
         return out.astype(np.int64)
 
     def observe(self, lengths: np.ndarray, accepted: np.ndarray) -> None:
-        hook = getattr(self.inner, "observe", None)
-        if hook is not None:
-            hook(lengths, accepted)
+        if self.traits.observe is not None:
+            self.traits.observe(lengths, accepted)

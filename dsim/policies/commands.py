@@ -1,4 +1,4 @@
-"""CLI for policy design: `dsim check-policy` (the checks live in dsim/policy_check.py)."""
+"""CLI for policy design: `dsim check-policy` (the checks live in dsim/policies/check.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from dsim.policies.registry import parse_policy, policy_usage
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the dsim app."""
@@ -14,9 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check_policy(
-    spec: Annotated[
-        str, typer.Argument(help="A policy name, MODULE:CLASS or FILE.py:CLASS (docs/policies.md).")
-    ],
+    spec: Annotated[str, typer.Argument(help=f"The policy: {policy_usage()} (docs/policies.md).")],
     trials: Annotated[
         int, typer.Option(help="Random instances per (requests, gamma) size and SLA setting.")
     ] = 30,
@@ -29,8 +29,7 @@ def check_policy(
     chi-square test of its decoded output on a toy vocabulary. Exit code 0: pass; 1: fail
     (with the smallest counterexample found); 2: the policy cannot be loaded."""
     from dsim.errors import InputError
-    from dsim.policies import parse_policy
-    from dsim.policy_check import (
+    from dsim.policies.check import (
         MAX_GAMMA,
         MAX_REQUESTS,
         SLA_FACTORS,

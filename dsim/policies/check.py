@@ -19,12 +19,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dsim.policies.protocol import Policy, policy_traits
+
 # SLA settings: none, or this factor times SPS(R), the speed of a round that verifies no draft;
 # 1e9 is an SLA no round can meet.
 SLA_FACTORS = (None, 0.6, 1.0, 1.4, 2.5, 1e9)
 MAX_REQUESTS, MAX_GAMMA = 5, 5
 
-MakePolicy = Callable[[float | None], object]
+MakePolicy = Callable[[float | None], Policy]
 
 
 @dataclass
@@ -114,8 +116,9 @@ def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.nda
     policy = make_policy(inst.sla_tps)
     for conf, truth in inst.warmup:
         lengths = np.asarray(policy.lengths(conf, sps, truth))
-        if hasattr(policy, "observe"):
-            policy.observe(lengths, np.minimum(lengths, truth))
+        observe = policy_traits(policy).observe
+        if observe is not None:
+            observe(lengths, np.minimum(lengths, truth))
     twin = copy.deepcopy(policy)
     return (
         np.asarray(policy.lengths(inst.conf, sps, inst.truth)),
@@ -123,7 +126,7 @@ def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.nda
     )
 
 
-def _violates(make_policy: MakePolicy, inst: Instance) -> Counterexample | None:
+def violation(make_policy: MakePolicy, inst: Instance) -> Counterexample | None:
     a, b = _decide(make_policy, inst)
     r, d = inst.request, inst.draft
     return Counterexample(inst, a, b) if min(a[r], d) != min(b[r], d) else None
@@ -162,7 +165,7 @@ def _shrink(make_policy: MakePolicy, found: Counterexample) -> Counterexample:
                 )
             )
         for option in options:
-            smaller = _violates(make_policy, option)
+            smaller = violation(make_policy, option)
             if smaller is not None:
                 found, progress = smaller, True
                 break
@@ -184,7 +187,7 @@ def check_property(
             for _ in range(trials):
                 for factor in sla_factors:
                     runs += 1
-                    found = _violates(make_policy, random_instance(rng, r, gamma, factor))
+                    found = violation(make_policy, random_instance(rng, r, gamma, factor))
                     if found is not None:
                         return runs, _shrink(make_policy, found)
     return runs, None
@@ -232,9 +235,10 @@ def toy_decode(
 
     def observe(lengths: np.ndarray, accepted: np.ndarray) -> None:
         for i, p in enumerate(policies):
-            if hasattr(p, "observe"):
+            hook = policy_traits(p).observe
+            if hook is not None:
                 part = slice(i * BATCH, (i + 1) * BATCH)
-                p.observe(lengths[part], accepted[part])
+                hook(lengths[part], accepted[part])
 
     target, draft = toy_chains()
     out, _ = speculative_decode(

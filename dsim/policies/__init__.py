@@ -1,0 +1,38 @@
+"""Verification policies: each round, how many drafts each request verifies.
+
+- `protocol`: the `Policy` protocol, its defaults (`policy_traits`) and the SPS type;
+- `schedule`: the dspark machinery (candidates, throughput curve, SLA stop, Algorithm 1);
+- `builtin`: the built-in policies; `plugin`: users' own, behind checks;
+- `registry`: the names, `parse_policy` and the help text;
+- `check`: the losslessness checks behind `dsim check-policy`; `commands`: that command.
+
+These modules import numpy, `dsim.errors` and `dsim.spec_grammar` only, never the engine,
+run, pareto, real or cluster layers (the engine imports `protocol`); one exception: `check`'s
+outcome test decodes with the real sampling code, `dsim.models.toy_decoder`, imported inside
+its functions (dsim.models imports nothing from here). Definitions: docs/design.md; the
+protocol: docs/policies.md.
+"""
+
+from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
+from dsim.policies.protocol import SPS, Policy, Traits, policy_traits
+from dsim.policies.registry import POLICY_NAMES, parse_policy, policy_maker, policy_usage
+from dsim.policies.schedule import dspark_lengths, global_capacity
+
+__all__ = [
+    "POLICY_NAMES",
+    "SPS",
+    "DSpark",
+    "DSparkAsync",
+    "Fixed",
+    "Goodput",
+    "Oracle",
+    "Policy",
+    "Threshold",
+    "Traits",
+    "dspark_lengths",
+    "global_capacity",
+    "parse_policy",
+    "policy_maker",
+    "policy_traits",
+    "policy_usage",
+]

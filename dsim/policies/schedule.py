@@ -1,0 +1,134 @@
+"""The dspark scheduler's machinery: candidates by prefix survival, the expected-throughput
+curve, the SLA stop, and Algorithm 1 on top (docs/design.md, The dspark scheduler).
+
+Every function here is a prefix rule: what it decides for the i-th candidate depends only on
+candidates 1..i, which keeps decoding lossless (docs/design.md, The losslessness rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsim.policies.protocol import SPS, sps_span
+
+
+def _first(mask: np.ndarray, default: int) -> int:
+    """Index of the first True of a 1-D mask, else `default`: one argmax, cheaper than
+    `np.flatnonzero` or `np.diff`'s Python wrappers at a round's few dozen candidates."""
+    if len(mask):
+        i = int(mask.argmax())
+        if mask[i]:
+            return i
+    return default
+
+
+def candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
+
+    Ties go by flat index (r, then j), so on exact ties (confidence 1.0) j comes before j + 1,
+    every prefix of the order is a valid schedule, and the place of (r, j) in the order depends
+    only on the candidates ahead of it, never on r's later confidences. The fast unstable sort
+    is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
+    """
+    a = conf.cumprod(axis=1).ravel()
+    keep = None if len(a) and a.min() > 0 else np.flatnonzero(a > 0)  # NaN: filtered too
+    kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
+    order = (-kept).argsort()
+    survival = kept[order]
+    if _first(survival[1:] == survival[:-1], -1) >= 0:  # a tie
+        order = np.argsort(-kept, kind="stable")
+        survival = kept[order]
+    if keep is not None:
+        order = keep[order]
+    return order // conf.shape[1], survival
+
+
+def throughput(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Round rate SPS and expected tokens per second after admitting the first k candidates."""
+    tau = np.empty(len(survival) + 1)
+    tau[0] = 0.0
+    survival.cumsum(out=tau[1:])
+    tau += r
+    speed = sps_span(sps, r, r + len(survival) + 1)
+    return speed, tau * speed
+
+
+def to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
+    """The R verify lengths of a schedule: how many admitted candidates each request has."""
+    return np.bincount(rows, minlength=r).astype(np.int64, copy=False)
+
+
+def sla_stop(
+    rows: np.ndarray, survival: np.ndarray, r: int, k: int, speed: np.ndarray, sla_tps: float | None
+) -> int:
+    """How many of the first k candidates to admit so that no admission takes a request that
+    meets the SLA below it.
+
+    Request r's expected speed after k admissions is tau_r(k) * SPS(R + k), tau_r = 1 + its
+    admitted survivals; it meets the SLA when SPS(R + k) >= sla_tps / tau_r(k). Admission stops
+    at the first candidate after which some request that met the SLA no longer does; requests
+    that miss it already stop nothing, so an SLA no round can meet leaves Algorithm 1's
+    schedule. A prefix rule: admitting candidate i depends only on candidates 1..i, which keeps
+    decoding lossless (a cut that removes admitted candidates would let later ones decide).
+    """
+    if sla_tps is None or k == 0:
+        return k
+    rows, survival, speed = rows[:k], survival[:k], speed[: k + 1]
+    if (np.diff(speed) > 0).any():
+        return _sla_stop_dense(rows, survival, r, speed, sla_tps)
+    # With SPS non-increasing in B, a request whose tau stays t over steps s..e-1 drops out at
+    # the first step where SPS < sla/t, if it met the SLA at s and that step is before e.
+    order = np.argsort(rows, kind="stable")
+    grouped, gain = rows[order], survival[order]
+    starts = np.r_[True, grouped[1:] != grouped[:-1]]
+    total = np.cumsum(gain)
+    before = (total - gain)[np.maximum.accumulate(np.where(starts, np.arange(k), 0))]
+    tau = np.empty(k)
+    tau[order] = 1.0 + total - before  # tau of the admitted request after each admission
+    ends = np.full(k, k + 1)  # the step of the same request's next admission
+    same = ~starts[1:]
+    ends[order[:-1][same]] = order[1:][same] + 1
+    first = np.full(r, k + 1)
+    first[grouped[starts]] = order[starts] + 1
+    t = np.r_[np.ones(r), tau]
+    s = np.r_[np.zeros(r, np.int64), np.arange(1, k + 1)]
+    e = np.r_[first, ends]
+    threshold = sla_tps / t
+    out = np.searchsorted(-speed, -threshold, side="right")  # first step with SPS < sla/t
+    inside = (speed[s] >= threshold) & (out < e)
+    entry = (speed[:-1] >= sla_tps / (tau - survival)) & (speed[1:] < sla_tps / tau)
+    drops = np.r_[out[inside], np.flatnonzero(entry) + 1]
+    return min(k, int(drops.min()) - 1) if len(drops) else k
+
+
+def _sla_stop_dense(
+    rows: np.ndarray, survival: np.ndarray, r: int, speed: np.ndarray, sla_tps: float
+) -> int:
+    """`sla_stop` for any SPS: every request's tau at every step (O(k R) memory and time)."""
+    k = len(rows)
+    gain = np.zeros((k + 1, r))
+    gain[np.arange(1, k + 1), rows] = survival
+    meets = speed[:, None] >= sla_tps / (1.0 + np.cumsum(gain, axis=0))
+    drops = np.flatnonzero((meets[:-1] & ~meets[1:]).any(axis=1))
+    return int(drops[0]) if len(drops) else k
+
+
+def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> np.ndarray:
+    """Greedy admission by prefix survival with early stop (docs/design.md, The dspark scheduler).
+
+    Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
+    improves and (with an SLA) no request meeting it falls below; the first failure stops the
+    search, which keeps decoding lossless.
+    """
+    r = conf.shape[0]
+    rows, survival = candidates(conf)
+    speed, theta = throughput(sps, r, survival)
+    k = _first(theta[1:] <= theta[:-1], len(survival))  # the first admission that does not gain
+    return to_lengths(rows[: sla_stop(rows, survival, r, k, speed, sla_tps)], r)
+
+
+def global_capacity(conf: np.ndarray, sps: SPS) -> int:
+    """Number of candidates maximising tau * SPS(B) over all k (no early stop)."""
+    _, survival = candidates(conf)
+    _, theta = throughput(sps, conf.shape[0], survival)
+    return int(np.argmax(theta))

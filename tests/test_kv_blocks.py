@@ -41,7 +41,7 @@ def test_books_balance_under_any_sequence(kv_tokens, block_size, ops):
             need = np.array(want, np.int64) // block_size
             grow = int(np.maximum(need, kv.rows).sum()) - kv.rows_total
             ok = kv.reserve_rows(np.maximum(np.array(want), kv.rows * block_size))
-            assert ok == (kv.used + grow <= kv.capacity)
+            assert ok == (before[0] + grow <= kv.capacity)
             if ok:
                 tokens = [max(w, t) for w, t in zip(want, tokens, strict=True)]
             else:  # refused: nothing changed

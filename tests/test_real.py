@@ -251,7 +251,7 @@ def test_calibration_temperatures_reach_the_policy(target):
 def test_ragged_pass_matches_plain_forward(target):
     """Flattened blocks over per-request caches (a subset of slots, after a rejected tail)
     give the hidden states of running each whole sequence through the target at once."""
-    from dsim.real.ragged import RaggedTarget
+    from dsim.models.ragged import RaggedTarget
 
     seqs = {0: [256, 5, 6, 7, 8, 9], 1: [256, 1, 2, 3], 2: [256, 40, 41, 42, 43, 44, 45, 46]}
     passes = RaggedTarget(target)

@@ -35,7 +35,7 @@ from dsim.models.drafters import (
     push_history,
 )
 from dsim.models.sampling import sample, verify
-from dsim.real.ragged import RaggedTarget
+from dsim.models.ragged import RaggedTarget
 
 HISTORY_FIELDS = ("features", "tokens", "valid")
 

@@ -61,7 +61,7 @@ def test_batched_decoder_matches_unbatched_forward(target) -> None:
     decoder = BatchDecoder(target)
     first = decoder.prefill([a, b])
     block = decoder.extend(torch.tensor([[20, 21, 22], [30, 31, 32]]), torch.tensor([3, 2]))
-    decoder.trim(torch.tensor([2, 1]))
+    decoder.commit(torch.tensor([2, 1]))
     after = decoder.extend(torch.tensor([[40, 41], [50, 51]]), torch.tensor([2, 2]))
     plain = target.model.model
     with torch.no_grad():
@@ -79,7 +79,7 @@ def test_merged_decoders_continue_like_unbatched_runs(target) -> None:
     running, newcomer = BatchDecoder(target), BatchDecoder(target)
     running.prefill([a])
     running.extend(torch.tensor([[20, 21]]), torch.tensor([2]))
-    running.trim(torch.tensor([1]))
+    running.commit(torch.tensor([1]))
     newcomer.prefill([b])
     running.merge(newcomer)
     out = running.extend(torch.tensor([[30, 31], [40, 41]]), torch.tensor([2, 2]))

@@ -3,7 +3,7 @@
 Every pass appends the same number of cache slots to each sequence (the batch's widest query),
 and a boolean `valid` matrix says which slots each sequence may attend to. Padding, ragged
 query lengths and rejected drafts are all just invalid slots, so the cache never needs to be
-rewritten: `trim` after verification marks the rejected tail invalid. Positions (RoPE) count
+rewritten: `commit` after verification marks the rejected tail invalid. Positions (RoPE) count
 only valid tokens, so a sequence sees exactly what an unbatched run would.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from dsim.models.sampling import sample
+from dsim.models.speculative import emitted
 
 
 class BatchDecoder:
@@ -43,12 +44,12 @@ class BatchDecoder:
             tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
         hidden = self.extend(tokens, lengths)
-        self.trim(lengths)
+        self.commit(lengths)
         return hidden[torch.arange(len(prompts)), lengths - 1]
 
     def extend(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Append `tokens` (B, q); only the first lengths[b] of row b are real. Returns the final
-        hidden states (B, q, H). Call `trim` next to keep a prefix of the new slots."""
+        hidden states (B, q, H). Call `commit` next to keep a prefix of the new slots."""
         batch, q = tokens.shape
         new_valid = torch.arange(q)[None, :] < lengths[:, None]
         slots, ar = self.valid.shape[1], torch.arange(q)
@@ -75,7 +76,11 @@ class BatchDecoder:
         self._last = q
         return out.last_hidden_state
 
-    def trim(self, keep: torch.Tensor) -> None:
+    def score(self, block: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """`dsim.models.speculative.TargetPass`: extend, then the target's distributions."""
+        return self.probs(self.extend(block, counts))
+
+    def commit(self, keep: torch.Tensor) -> None:
         """Keep the first keep[b] slots of the last appended block for each sequence."""
         start = self.valid.shape[1] - self._last
         self.valid[:, start:] &= torch.arange(self._last)[None, :] < keep[:, None]
@@ -178,12 +183,12 @@ def generate(
             break
         hidden = decoder.extend(token[:, None], ones)[:, 0]
         feats = decoder.features[:, 0]
-        decoder.trim(ones)
-    answers = torch.stack(tokens, dim=1).tolist()
+        decoder.commit(ones)
+    answers = torch.stack(tokens, dim=1)  # (B, steps)
+    lengths, _ = emitted(answers, torch.full((len(answers),), answers.shape[1]), target.eos_id)
     states_t, log_z_t = torch.stack(states, dim=1), torch.stack(log_z, dim=1)
     out = []
-    for b, row in enumerate(answers):
-        n = row.index(target.eos_id) + 1 if target.eos_id in row else len(row)
+    for b, (row, n) in enumerate(zip(answers.tolist(), lengths.tolist(), strict=True)):
         split = _split_layers(states_t[b, :n], len(keep))
         tail_split = _split_layers(tails[b][0], len(keep))
         out.append(

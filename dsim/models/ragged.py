@@ -174,3 +174,26 @@ class RaggedTarget:
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) at each hidden state."""
         return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)
+
+
+class Requests:
+    """Some of a `RaggedTarget`'s requests as a `dsim.models.speculative.TargetPass`: one
+    flattened pass over their blocks, its states scattered back to one row per request."""
+
+    def __init__(self, passes: RaggedTarget, rids: list[int]) -> None:
+        self.passes, self.rids = passes, rids
+        self.block_features: torch.Tensor | None = None  # (R, w + 1, F) after `score`
+
+    def score(self, block: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """block (R, w + 1), counts (R,) -> p_target (R, w + 1, V); past counts[r]: junk."""
+        blocks = [row[:n].tolist() for row, n in zip(block, counts.tolist(), strict=True)]
+        states = self.passes.forward(self.rids, blocks)  # (B, H), B = sum of counts
+        starts = torch.cumsum(counts, 0) - counts  # (R,)
+        flat = (starts[:, None] + torch.arange(block.shape[1])).clamp(max=len(states) - 1)
+        features = self.passes.features  # (B, F) or None
+        self.block_features = None if features is None else features[flat]
+        return self.passes.probs(states)[flat]
+
+    def commit(self, kept: torch.Tensor) -> None:
+        for rid, n in zip(self.rids, kept.tolist(), strict=True):
+            self.passes.store.commit(rid, n)

@@ -41,10 +41,10 @@ from dsim.fileio import write_json, write_with
 from dsim.hardware.latency import profile_metadata, write_profile
 from dsim.hardware.measure import Grid
 from dsim.metrics import per_user
+from dsim.models.cpu_profile import write_cpu_profile
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
 from dsim.policies import Oracle, parse_policy
 from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
-from dsim.models.cpu_profile import write_cpu_profile
 from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.real.step_check import (
     EngineCalibration,

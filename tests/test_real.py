@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import write_flat_profile
+from conftest import ends_often, write_flat_profile
 
 from dsim.cli import main
 from dsim.errors import InputError
@@ -133,12 +133,12 @@ def test_tokens_conserved_and_kv_trimmed(files, target, policy):
 
     class Checked(RealBackend):
         def verify(self, idx, lengths, truth):
-            accepted, stop = super().verify(idx, lengths, truth)
+            emitted, accepted, stop = super().verify(idx, lengths, truth)
             for r in idx:
                 r = int(r)
                 if self.outputs[r][-1] != self.target.eos_id and len(self.outputs[r]) < CAP:
                     seen.append(self.cache_length(r) - len(self.history(r)) + 1)
-            return accepted, stop
+            return emitted, accepted, stop
 
     drafter = untrained_drafter(target)
     run = run_real(
@@ -379,3 +379,38 @@ def test_prefill_runs_chunk_by_chunk_as_scheduled(files, target):
     assert chunks == logged and max(chunks) <= 5
     assert sum(chunks) == int(run.result.requests["prompt_tokens"].sum())
     assert len(chunks) > len(run.outputs)  # prompts of ~17 tokens take several steps each
+
+
+def test_an_accepted_end_of_sequence_draft_counts_as_accepted(files):
+    """A perfect drafter (it samples from the target's own distribution, so rejection sampling
+    keeps its drafts) on a target that ends often: an end-of-sequence token is itself an
+    accepted draft. The backend counts the drafts up to and including it as accepted, one more
+    than the `emitted - 1` the engine used to rebuild, and the requests table carries that."""
+    prompts, profile = files
+    target = ends_often(tiny_target())
+    drafter = PerfectDrafter(target, gamma=3)
+    rounds = []
+
+    def make_backend(*args, **kwargs) -> RealBackend:
+        backend = drafter.attach(*args, **kwargs)
+        verify = backend.verify
+
+        def recorded(idx, lengths, truth):
+            rounds.append(verify(idx, lengths, truth))
+            return rounds[-1]
+
+        backend.verify = recorded
+        return backend
+
+    run = run_real(
+        spec(profile, "fixed:3"), target, drafter, prompts, max_new_tokens=CAP,
+        make_backend=make_backend,
+    )  # fmt: skip
+    emitted = np.concatenate([e for e, _, _ in rounds])
+    accepted = np.concatenate([a for _, a, _ in rounds])
+    stop = np.concatenate([s for _, _, s in rounds])
+    eos_drafted = stop & (accepted == emitted)  # the last emitted token was a draft: the EOS
+    assert eos_drafted.any()
+    assert (accepted[~eos_drafted] == emitted[~eos_drafted] - 1).all()
+    req = run.result.requests
+    assert req["accepted_drafts"].sum() == accepted.sum() == (emitted - 1).sum() + eos_drafted.sum()

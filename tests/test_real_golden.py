@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_flat_profile
+from conftest import ends_often, write_flat_profile
 
 from dsim.models.collect import collect
 from dsim.models.data import Prompt
@@ -43,17 +43,8 @@ def one_thread():
 
 @pytest.fixture(scope="module", params=["tiny", "eos"])
 def target(request):
-    """The tiny target, and a copy that ends answers often: its end-of-sequence embedding (tied
-    to the LM head) points along the mean final state of sampled answers."""
-    model = tiny_target()
-    if request.param == "eos":
-        ids = [model.encode_chat(p.prompt) for p in PROMPTS]
-        answers = generate(model, ids, 16, torch.Generator().manual_seed(0))
-        mean = torch.cat([a["hidden"] for a in answers]).mean(0)
-        with torch.no_grad():
-            model.embedding.weight[model.eos_id] = 1.3 * mean / mean.norm()
-        model.name = "eos"
-    return model
+    """The tiny target, and one that ends answers often."""
+    return ends_often(tiny_target()) if request.param == "eos" else tiny_target()
 
 
 def drafter_for(target, block: str) -> Drafter:

@@ -297,11 +297,11 @@ class Replica:
             if self.synchronous:  # the verify pass waits for the host's schedule
                 draft_s += self.cfg.sched.seconds(r)
             lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
-            emitted, stop = self.backend.verify(ids, lengths, truth)
+            emitted, accepted, stop = self.backend.verify(ids, lengths, truth)
             if self.observe is not None:
-                self.observe(lengths, emitted - 1)
+                self.observe(lengths, accepted)
             verify_tokens = r + total(lengths)
-            decode = (lengths, emitted, stop)
+            decode = (lengths, emitted, accepted, stop)
         completing, first_stop = [], None
         if takes:  # the backend runs each chunk in the step that schedules it
             chunked = self.prefilling[: len(takes)]
@@ -323,10 +323,16 @@ class Replica:
             self._commit_prefill(takes, completing, first_stop, end)
 
     def _commit_decode(
-        self, lengths: np.ndarray, emitted: np.ndarray, stop: np.ndarray | None, end: float
+        self,
+        lengths: np.ndarray,
+        emitted: np.ndarray,
+        accepted: np.ndarray,
+        stop: np.ndarray | None,
+        end: float,
     ) -> None:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
-        to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
+        to an end-of-sequence token, flagged in `stop`), `accepted` the drafts among them; the
+        output cap cuts them here."""
         b, left = self.batch, self.left
         emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
@@ -342,7 +348,7 @@ class Replica:
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0
-            b[done, ACCEPTED] += emitted[done] - emit[done]  # what the output cap cut
+            b[done, ACCEPTED] += accepted[done] + 1 - emit[done]  # what the cap or EOS cut
             ids = b[done, ID]
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index

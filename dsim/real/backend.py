@@ -121,8 +121,9 @@ class RealBackend:
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One target pass over every request's anchor + first l_r drafts (`verify_round`)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One target pass over every request's anchor + first l_r drafts (`verify_round`):
+        the tokens each emitted, the accepted drafts among them and end-of-sequence flags."""
         if not np.array_equal(idx, self.drafting):
             raise RuntimeError("verify must follow draw for the same requests")
         rows = [int(i) for i in idx]
@@ -156,7 +157,7 @@ class RealBackend:
             if self.context:
                 self.window[r] = History(*(getattr(moved, f)[k : k + 1] for f in HISTORY_FIELDS))
         self._draft = None
-        return counts.numpy(), stop.numpy()
+        return counts.numpy(), torch.minimum(accepted, counts).numpy(), stop.numpy()
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """Run this step's prefill chunks (of the prompt, plus the tokens generated before a

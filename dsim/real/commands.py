@@ -15,6 +15,7 @@ import typer
 from dsim import run_commands as opts
 from dsim import spec_grammar
 from dsim.fileio import check_output_dir
+from dsim.models.target import SMOLLM2, TINY
 from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.report import progress_bar
 from dsim.run import RUN_OWNER
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
         drafter: Path | None = typer.Option(
             None, help="Drafter checkpoint (dsim train); required unless --policy ar."
         ),
-        target: str = typer.Option("smollm2-135m", help="smollm2-135m, tiny or a HF folder."),
+        target: str = typer.Option(SMOLLM2, help=f"{SMOLLM2}, {TINY} or a HF folder."),
         prompts: Path = typer.Option(DEFAULT_PROMPTS, help="Prompt file (JSON lines)."),
         max_new_tokens: int = typer.Option(128, help="Output cap per request."),
         clock: str = typer.Option(
@@ -136,7 +137,7 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: int = typer.Option(64, help="Output cap per request."),
         max_seqs: int = typer.Option(16, help="Concurrent requests cap."),
         seed: int = typer.Option(0, help="First seed (arrivals and sampling)."),
-        target: str = typer.Option("smollm2-135m", help="smollm2-135m, tiny or a HF folder."),
+        target: str = typer.Option(SMOLLM2, help=f"{SMOLLM2}, {TINY} or a HF folder."),
     ) -> None:
         """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
         with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and

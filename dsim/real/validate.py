@@ -43,6 +43,7 @@ from dsim.hardware.measure import Grid
 from dsim.metrics import per_user
 from dsim.models.cpu_profile import write_cpu_profile
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
+from dsim.models.target import SMOLLM2
 from dsim.policies import Oracle, parse_policy
 from dsim.real.defaults import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_REPEATS, DEFAULT_TRACE
 from dsim.real.runner import RealRun, run_real, write_real_run
@@ -100,7 +101,7 @@ class Settings:
     max_new_tokens: int = 64
     max_seqs: int = 16
     seed: int = 0
-    target: str = "smollm2-135m"
+    target: str = SMOLLM2
     profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
 
     def check(self) -> None:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from dsim.models.data import Prompt
-from dsim.models.decode import BatchDecoder
 from dsim.models.drafters import Draft, Drafter, History, input_layers, prompt_history, push_history
+from dsim.models.ragged import RaggedTarget, Requests
 from dsim.models.sampling import overlap, sample
 from dsim.models.speculative import Round, emitted, verify_round
 
@@ -36,7 +37,7 @@ class Collected:
 
 
 def spec_round(
-    decoder: BatchDecoder,
+    passes: Requests,
     drafter: Drafter,
     hidden: torch.Tensor,
     anchor: torch.Tensor,
@@ -44,13 +45,13 @@ def spec_round(
     greedy: bool = False,
     history: History | None = None,
 ) -> Collected:
-    """Draft gamma tokens and verify all of them (`verify_round`). The decoder must keep the
-    drafter's input layers (`BatchDecoder(target, layers)`)."""
+    """Draft gamma tokens and verify all of them (`verify_round`). The ragged pass must keep
+    the drafter's input layers (`RaggedTarget(target, input_layers(drafter, target))`)."""
     draft = drafter.draft(hidden, anchor, generator, greedy, history)
-    p_draft = drafter.full_vocab(draft.probs, decoder.target.vocab_size)
+    p_draft = drafter.full_vocab(draft.probs, passes.passes.target.vocab_size)
     full = torch.full((len(anchor),), drafter.gamma, dtype=torch.long)
-    done = verify_round(anchor, draft.tokens, p_draft, full, decoder, generator, greedy)
-    features = decoder.features
+    done = verify_round(anchor, draft.tokens, p_draft, full, passes, generator, greedy)
+    features = passes.block_features  # (B, gamma + 1, F)
     return Collected(
         draft=draft,
         round=done,
@@ -101,27 +102,30 @@ def _decode_batch(
     generator: torch.Generator,
     greedy: bool,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
-    decoder = BatchDecoder(target, input_layers(drafter, target))
-    final = decoder.prefill(prompts)
-    anchor = sample(decoder.probs(final), generator, greedy)  # prefill emits the first token
-    last = torch.tensor([len(p) for p in prompts]) - 1
-    hidden = decoder.features[torch.arange(len(prompts)), last]
-    history = prompt_history(decoder.features, prompts, drafter.config.context)
+    gamma = drafter.gamma
+    passes = RaggedTarget(target, input_layers(drafter, target))
+    lengths = [len(p) for p in prompts]
+    final = passes.prefill(prompts, max_new_tokens + gamma + 1)  # (B, H)
+    anchor = sample(passes.probs(final), generator, greedy)  # prefill emits the first token
+    by_prompt = pad_sequence(passes.features.split(lengths), batch_first=True)  # (B, M, F)
+    hidden = by_prompt[torch.arange(len(prompts)), torch.tensor(lengths) - 1]
+    history = prompt_history(by_prompt, prompts, drafter.config.context)
     outputs = [[int(t)] for t in anchor]
     live = torch.tensor([int(t) != target.eos_id for t in anchor])
-    alive = torch.arange(len(prompts))  # batch row -> prompt index
+    alive = torch.arange(len(prompts))  # batch row -> prompt index (and its cache)
     records: list[dict[str, np.ndarray]] = []
     rounds = np.zeros(len(prompts), dtype=np.int32)
-    gamma = drafter.gamma
     while True:
         if not bool(live.all()):
+            for rid in alive[~live].tolist():
+                passes.store.drop(rid)
             keep = torch.nonzero(live).squeeze(1)
-            decoder.select(keep)
             alive, hidden, anchor = alive[keep], hidden[keep], anchor[keep]
             history = History(history.features[keep], history.tokens[keep], history.valid[keep])
         if len(alive) == 0:
             break
-        result = spec_round(decoder, drafter, hidden, anchor, generator, greedy, history)
+        requests = Requests(passes, alive.tolist())
+        result = spec_round(requests, drafter, hidden, anchor, generator, greedy, history)
         accepted = result.round.verdict.accepted
         history = push_history(
             history, hidden, anchor, accepted, result.draft.tokens, result.block_features

@@ -277,6 +277,18 @@ def test_ragged_pass_matches_plain_forward(target):
         torch.testing.assert_close(got[r], full, atol=1e-5, rtol=1e-5)
 
 
+def test_forked_cache_continues_like_its_source(target):
+    """Answers sharing a prompt: a forked cache gives the states its source gives."""
+    from dsim.models.ragged import RaggedTarget
+
+    passes = RaggedTarget(target)
+    passes.prefill([[256, 5, 6, 7], [256, 8]], 4)
+    passes.store.fork(0, 2)
+    out = passes.forward([0, 1, 2], [[30, 31], [40], [30, 31]])
+    assert passes.store.lengths == {0: 4, 1: 2, 2: 4}
+    torch.testing.assert_close(out[:2], out[3:], atol=0, rtol=0)
+
+
 def test_preempted_requests_recompute_exactly(files, target):
     """A KV budget too small for all requests forces preemption by recompute: the re-prefill
     of prompt + generated tokens continues the same greedy text."""

@@ -46,7 +46,6 @@ class Round:
     """What one round verified and decided, for each of R sequences."""
 
     verdict: Verdict  # accepted (R,) n_r; next_token (R,) the corrected or bonus token
-    p_draft: torch.Tensor  # (R, w, V) the distribution each draft was drawn from
     p_target: torch.Tensor  # (R, w + 1, V) the target's at [anchor, drafts]
     tokens: torch.Tensor  # (R, w + 1) the n_r accepted drafts, then next_token, then junk
 
@@ -69,7 +68,7 @@ def verify_round(
     target.commit(verdict.accepted + 1)
     tokens = block.roll(-1, dims=1)  # (R, w + 1): the drafts, then a slot for next_token
     tokens[torch.arange(len(tokens)), verdict.accepted] = verdict.next_token
-    return Round(verdict, p_draft, p_target, tokens)
+    return Round(verdict, p_target, tokens)
 
 
 def emitted(

@@ -24,13 +24,7 @@ from dsim.run import RunSpec
 CAP = 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny passes are dominated by thread hand-offs: one thread is 30x faster here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

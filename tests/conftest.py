@@ -65,6 +65,33 @@ def write_flat_profile(path: Path, latency_ms: float) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny passes are dominated by thread hand-offs: one thread is 30x faster here."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def ends_often(target):
+    """The tiny target, made to end answers often: its end-of-sequence embedding (tied to the
+    LM head) points along the mean final state of sampled answers (p ~ 0.1 per token)."""
+    import torch
+
+    from dsim.models.decode import generate
+
+    prompts = [target.encode_chat(f"question {i}: why is the sky {'blue ' * i}?") for i in range(5)]
+    answers = generate(target, prompts, 16, torch.Generator().manual_seed(0))
+    mean = torch.cat([a["hidden"] for a in answers]).mean(0)
+    with torch.no_grad():
+        target.embedding.weight[target.eos_id] = 1.3 * mean / mean.norm()
+    target.name = "eos"
+    return target
+
+
 def check_invariants(result: RunResult, spec: RunSpec) -> None:
     req, steps = result.requests, result.steps
     np.testing.assert_array_equal(req["output_tokens"], result.requested)

@@ -213,9 +213,9 @@ def test_backend_stop_flag_ends_a_request_early(tmp_path, flat):
         rounds = 0
 
         def verify(self, idx, lengths, truth):
-            acc, _ = super().verify(idx, lengths, truth)
+            emitted, accepted, _ = super().verify(idx, lengths, truth)
             self.rounds += 1
-            return acc, (idx == 0) & (self.rounds == 2)
+            return emitted, accepted, (idx == 0) & (self.rounds == 2)
 
     workload = Workload(np.zeros(2), np.array([10, 10]), np.array([40, 40]), "test")
     backend = StopsRequestZeroInRoundTwo(parse_acceptance("iid:1.0", 3))

@@ -1,4 +1,4 @@
-"""Real-model pipeline on a tiny random Llama: batched decoding, training, collection, errors."""
+"""Real-model pipeline on a tiny random Llama: training data, training, collection, errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from dsim.errors import InputError
 from dsim.models import data
 from dsim.models.checkpoint import load_drafter, read_checkpoint, save_drafter
 from dsim.models.collect import collect
-from dsim.models.decode import BatchDecoder
 from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History, push_history
 from dsim.models.target import tiny_target
 from dsim.models.train import (
@@ -52,43 +51,6 @@ def cache(target, tmp_path_factory) -> data.TrainCache:
     folder = tmp_path_factory.mktemp("data")
     data.build_data(target, PROMPTS, SPEC, folder)
     return data.TrainCache.load(folder)
-
-
-def test_batched_decoder_matches_unbatched_forward(target) -> None:
-    """Ragged prompts, a verify block with rejected tails, then more tokens: every hidden state
-    equals a plain forward over the kept tokens."""
-    a, b = [256, 5, 6, 7, 8, 9], [256, 10, 11]
-    decoder = BatchDecoder(target)
-    first = decoder.prefill([a, b])
-    block = decoder.extend(torch.tensor([[20, 21, 22], [30, 31, 32]]), torch.tensor([3, 2]))
-    decoder.trim(torch.tensor([2, 1]))
-    after = decoder.extend(torch.tensor([[40, 41], [50, 51]]), torch.tensor([2, 2]))
-    plain = target.model.model
-    with torch.no_grad():
-        ref_a = plain(input_ids=torch.tensor([a + [20, 21, 40, 41]])).last_hidden_state[0]
-        ref_b = plain(input_ids=torch.tensor([b + [30, 50, 51]])).last_hidden_state[0]
-    torch.testing.assert_close(first, torch.stack([ref_a[5], ref_b[2]]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(block[0, :2], ref_a[6:8], atol=1e-5, rtol=0)
-    torch.testing.assert_close(after[0], ref_a[8:10], atol=1e-5, rtol=0)
-    torch.testing.assert_close(after[1], ref_b[4:6], atol=1e-5, rtol=0)
-
-
-def test_merged_decoders_continue_like_unbatched_runs(target) -> None:
-    """Continuous batching: a sequence prefilled later joins a running batch."""
-    a, b = [256, 5, 6, 7, 8, 9, 10, 11], [256, 12]
-    running, newcomer = BatchDecoder(target), BatchDecoder(target)
-    running.prefill([a])
-    running.extend(torch.tensor([[20, 21]]), torch.tensor([2]))
-    running.trim(torch.tensor([1]))
-    newcomer.prefill([b])
-    running.merge(newcomer)
-    out = running.extend(torch.tensor([[30, 31], [40, 41]]), torch.tensor([2, 2]))
-    plain = target.model.model
-    with torch.no_grad():
-        ref_a = plain(input_ids=torch.tensor([a + [20, 30, 31]])).last_hidden_state[0]
-        ref_b = plain(input_ids=torch.tensor([b + [40, 41]])).last_hidden_state[0]
-    torch.testing.assert_close(out[0], ref_a[-2:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(out[1], ref_b[-2:], atol=1e-5, rtol=0)
 
 
 def test_cache_hidden_states_give_the_target_distribution(target, cache) -> None:

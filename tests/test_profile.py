@@ -26,7 +26,7 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.hardware.show import curves, knee
-from dsim.real.profile import profile_cpu, round_robin
+from dsim.models.cpu_profile import profile_cpu, round_robin
 
 TINY = {
     "model_type": "llama",

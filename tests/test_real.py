@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import write_flat_profile
+from conftest import ends_often, write_flat_profile
 
 from dsim.cli import main
 from dsim.errors import InputError
@@ -24,13 +24,7 @@ from dsim.run import RunSpec
 CAP = 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny passes are dominated by thread hand-offs: one thread is 30x faster here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +127,12 @@ def test_tokens_conserved_and_kv_trimmed(files, target, policy):
 
     class Checked(RealBackend):
         def verify(self, idx, lengths, truth):
-            accepted, stop = super().verify(idx, lengths, truth)
+            emitted, accepted, stop = super().verify(idx, lengths, truth)
             for r in idx:
                 r = int(r)
                 if self.outputs[r][-1] != self.target.eos_id and len(self.outputs[r]) < CAP:
                     seen.append(self.cache_length(r) - len(self.history(r)) + 1)
-            return accepted, stop
+            return emitted, accepted, stop
 
     drafter = untrained_drafter(target)
     run = run_real(
@@ -251,7 +245,7 @@ def test_calibration_temperatures_reach_the_policy(target):
 def test_ragged_pass_matches_plain_forward(target):
     """Flattened blocks over per-request caches (a subset of slots, after a rejected tail)
     give the hidden states of running each whole sequence through the target at once."""
-    from dsim.real.ragged import RaggedTarget
+    from dsim.models.ragged import RaggedTarget
 
     seqs = {0: [256, 5, 6, 7, 8, 9], 1: [256, 1, 2, 3], 2: [256, 40, 41, 42, 43, 44, 45, 46]}
     passes = RaggedTarget(target)
@@ -275,6 +269,18 @@ def test_ragged_pass_matches_plain_forward(target):
         with torch.no_grad():
             full = target.model.model(input_ids=torch.tensor([seq])).last_hidden_state[0]
         torch.testing.assert_close(got[r], full, atol=1e-5, rtol=1e-5)
+
+
+def test_forked_cache_continues_like_its_source(target):
+    """Answers sharing a prompt: a forked cache gives the states its source gives."""
+    from dsim.models.ragged import RaggedTarget
+
+    passes = RaggedTarget(target)
+    passes.prefill([[256, 5, 6, 7], [256, 8]], 4)
+    passes.store.fork(0, 2)
+    out = passes.forward([0, 1, 2], [[30, 31], [40], [30, 31]])
+    assert passes.store.lengths == {0: 4, 1: 2, 2: 4}
+    torch.testing.assert_close(out[:2], out[3:], atol=0, rtol=0)
 
 
 def test_preempted_requests_recompute_exactly(files, target):
@@ -379,3 +385,38 @@ def test_prefill_runs_chunk_by_chunk_as_scheduled(files, target):
     assert chunks == logged and max(chunks) <= 5
     assert sum(chunks) == int(run.result.requests["prompt_tokens"].sum())
     assert len(chunks) > len(run.outputs)  # prompts of ~17 tokens take several steps each
+
+
+def test_an_accepted_end_of_sequence_draft_counts_as_accepted(files):
+    """A perfect drafter (it samples from the target's own distribution, so rejection sampling
+    keeps its drafts) on a target that ends often: an end-of-sequence token is itself an
+    accepted draft. The backend counts the drafts up to and including it as accepted, one more
+    than the `emitted - 1` the engine used to rebuild, and the requests table carries that."""
+    prompts, profile = files
+    target = ends_often(tiny_target())
+    drafter = PerfectDrafter(target, gamma=3)
+    rounds = []
+
+    def make_backend(*args, **kwargs) -> RealBackend:
+        backend = drafter.attach(*args, **kwargs)
+        verify = backend.verify
+
+        def recorded(idx, lengths, truth):
+            rounds.append(verify(idx, lengths, truth))
+            return rounds[-1]
+
+        backend.verify = recorded
+        return backend
+
+    run = run_real(
+        spec(profile, "fixed:3"), target, drafter, prompts, max_new_tokens=CAP,
+        make_backend=make_backend,
+    )  # fmt: skip
+    emitted = np.concatenate([e for e, _, _ in rounds])
+    accepted = np.concatenate([a for _, a, _ in rounds])
+    stop = np.concatenate([s for _, _, s in rounds])
+    eos_drafted = stop & (accepted == emitted)  # the last emitted token was a draft: the EOS
+    assert eos_drafted.any()
+    assert (accepted[~eos_drafted] == emitted[~eos_drafted] - 1).all()
+    req = run.result.requests
+    assert req["accepted_drafts"].sum() == accepted.sum() == (emitted - 1).sum() + eos_drafted.sum()

@@ -6,6 +6,7 @@ import torch
 from toy_spec import chain, joint_pvalue, speculative_decode
 
 from dsim.models.sampling import overlap, verify
+from dsim.models.speculative import emitted
 
 V, GAMMA, N_SEQ, OUT_LEN = 4, 3, 20000, 3
 
@@ -36,3 +37,16 @@ def test_verify_length_limits_tested_drafts_and_greedy_matches_argmax() -> None:
     assert verdict.next_token.tolist() == [1]
     verdict = verify(drafts, p[:, :GAMMA], p, greedy=True)
     assert verdict.accepted.tolist() == [2]  # draft 3 is not the argmax
+
+
+def test_emitted_cuts_after_end_of_sequence_and_at_the_cap() -> None:
+    eos = 9
+    tokens = torch.tensor([[1, 9, 2, 3], [1, 2, 3, 9], [4, 5, 6, 7], [9, 1, 1, 1]])
+    counts = torch.tensor([4, 3, 4, 1])  # row 1's EOS lies past what it produced
+    n, ended = emitted(tokens, counts, eos)
+    assert n.tolist() == [2, 3, 4, 1] and ended.tolist() == [True, False, False, True]
+    n, ended = emitted(tokens, counts, eos, room=torch.tensor([1, 5, 2, 0]))
+    assert n.tolist() == [1, 3, 2, 0]
+    assert ended.tolist() == [False, False, False, False]  # the cap came first
+    n, ended = emitted(tokens, counts, None)
+    assert n.tolist() == counts.tolist() and not ended.any()

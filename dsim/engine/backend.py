@@ -2,10 +2,11 @@
 
 The engine asks a backend for the running requests' confidences (the drafter's pass), lets the
 policy choose verify lengths, then asks the backend to verify them (the target's pass). A
-backend reports the tokens each request emitted and, with `stop` flags, which of them ended on
-an end-of-sequence token; it neither knows nor applies output caps (the engine does). A
-simulated backend replays an acceptance model: a request accepts min(true prefix, l) drafts and
-emits them plus the target's token. A real backend (`dsim.real`) runs the drafter and target.
+backend reports the tokens each request emitted, the drafts it accepted and, with `stop` flags,
+which of them ended on an end-of-sequence token; it neither knows nor applies output caps (the
+engine does). A simulated backend replays an acceptance model: a request accepts
+min(true prefix, l) drafts and emits them plus the target's token. A real backend
+(`dsim.real`) runs the drafter and target.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ class Backend(Protocol):
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Tokens emitted per request for verify lengths `lengths` (accepted drafts + 1, or up
-        to and including an end-of-sequence token) and end-of-sequence flags (None: none)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Per request, for verify lengths `lengths`: the tokens emitted (accepted drafts + 1,
+        or up to and including an end-of-sequence token), the accepted drafts among them (as
+        the backend measured them: an end-of-sequence token may itself be an accepted draft)
+        and end-of-sequence flags (None: none)."""
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """This step's prefill chunks: `tokens[k]` more tokens of request idx[k]'s context;
@@ -52,10 +55,9 @@ class Simulated:
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
-    ) -> tuple[np.ndarray, None]:
-        emitted = np.minimum(truth, lengths)
-        emitted += 1
-        return emitted, None
+    ) -> tuple[np.ndarray, np.ndarray, None]:
+        accepted = np.minimum(truth, lengths)
+        return accepted + 1, accepted, None
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> None:
         return None

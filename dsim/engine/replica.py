@@ -67,6 +67,7 @@ class StepPlan:
     decodes: bool = False  # the step runs a decode round over the batch
     lengths: np.ndarray | None = None  # shape [R]: drafts each running request verifies
     emitted: np.ndarray | None = None  # shape [R]: tokens the backend emitted per request
+    accepted: np.ndarray | None = None  # shape [R]: drafts among them the backend accepted
     stop: np.ndarray | None = None  # shape [R] bool: ended on end-of-sequence (None: none did)
     takes: list[int] = field(default_factory=list)  # prefill tokens per chunked entry, in order
     completing: list[list[int]] = field(default_factory=list)  # entries whose prompt completes
@@ -293,25 +294,31 @@ class Replica:
         if self.synchronous:  # the verify pass waits for the host's schedule
             draft_s += self.cfg.sched.seconds(r)
         lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
-        emitted, stop = self.backend.verify(ids, lengths, truth)
+        emitted, accepted, stop = self.backend.verify(ids, lengths, truth)
         if self.observe is not None:
-            self.observe(lengths, emitted - 1)
-        plan.lengths, plan.emitted, plan.stop = lengths, emitted, stop
+            self.observe(lengths, accepted)
+        plan.lengths, plan.emitted, plan.accepted, plan.stop = lengths, emitted, accepted, stop
         return draft_s, r + total(lengths)
 
     def commit(self, end: float) -> None:
         """End the planned step at time `end`: emit its tokens, finish and move requests."""
         plan = self.plan
         if plan.decodes:
-            self._commit_decode(plan.lengths, plan.emitted, plan.stop, end)
+            self._commit_decode(plan.lengths, plan.emitted, plan.accepted, plan.stop, end)
         if plan.takes:
             self._commit_prefill(plan.takes, plan.completing, plan.first_stop, end)
 
     def _commit_decode(
-        self, lengths: np.ndarray, emitted: np.ndarray, stop: np.ndarray | None, end: float
+        self,
+        lengths: np.ndarray,
+        emitted: np.ndarray,
+        accepted: np.ndarray,
+        stop: np.ndarray | None,
+        end: float,
     ) -> None:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
-        to an end-of-sequence token, flagged in `stop`); the output cap cuts them here."""
+        to an end-of-sequence token, flagged in `stop`), `accepted` the drafts among them; the
+        output cap cuts them here."""
         b, left = self.batch, self.left
         emit = np.minimum(emitted, left)
         if stop is not None:  # an end-of-sequence token ends the request with this round
@@ -327,7 +334,7 @@ class Replica:
         self.rounds += 1
         if np.count_nonzero(left) < len(left):
             done = left == 0
-            b[done, ACCEPTED] += emitted[done] - emit[done]  # what the output cap cut
+            b[done, ACCEPTED] += accepted[done] + 1 - emit[done]  # what the cap or EOS cut
             ids = b[done, ID]
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index

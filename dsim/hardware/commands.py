@@ -129,7 +129,7 @@ def profile(
     if device == "cpu":  # real mode's own pass (dsim.real.profile), in float32 as real mode
         if dtype not in ("auto", "float32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
-        from dsim.real.profile import profile_cpu
+        from dsim.models.cpu_profile import profile_cpu
 
         df = profile_cpu(model, grid, out, **options, timer=timer or "wall", command=command)
     else:

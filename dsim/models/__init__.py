@@ -1,3 +1,5 @@
 """The real small models: the target (SmolLM2-135M), the drafter family, training data,
-training, decoding, acceptance-trace collection and the toy decoder. Imports `acceptance`
-and the shared helpers; never the engine, `run`, `pareto` or `real`."""
+training, the speculative round, the ragged target pass with its KV cache, decoding,
+acceptance-trace collection, the toy decoder and CPU profiles measured through the ragged pass.
+Imports `acceptance`, `hardware` (the profile's measurement helpers) and the shared helpers;
+never the engine, `run`, `pareto` or `real`."""

@@ -1,10 +1,11 @@
 """Real speculative decoding with a trained drafter, recorded as an acceptance trace.
 
-`spec_round` is one batched round (draft, verify in one target pass, rejection-sample, trim the
-caches); `collect` drives it over prompts with full-block verification and keeps, per round,
-the drafter's raw confidences, the accepted prefix and the soft labels sum_v min(p_d, p_t).
-The target pass also yields the drafter's input features (its chosen target layers) and, for
-drafters that attend to recent positions, the history of the last `context` positions.
+`spec_round` is one batched round (the drafter's pass, then the speculative round of
+`dsim.models.speculative`); `collect` drives it over prompts with full-block verification and
+keeps, per round, the drafter's raw confidences, the accepted prefix and the soft labels
+sum_v min(p_d, p_t). The target pass also yields the drafter's input features (its chosen target
+layers) and, for drafters that attend to recent positions, the history of the last `context`
+positions.
 """
 
 from __future__ import annotations
@@ -15,51 +16,47 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from dsim.models.data import Prompt
-from dsim.models.decode import BatchDecoder
 from dsim.models.drafters import Draft, Drafter, History, input_layers, prompt_history, push_history
-from dsim.models.sampling import Verdict, overlap, sample, verify
+from dsim.models.ragged import RaggedTarget, Requests
+from dsim.models.sampling import overlap, sample
+from dsim.models.speculative import Round, emitted, verify_round
 
 
 @dataclass
-class Round:
-    """What one round produced for each of B sequences."""
+class Collected:
+    """What one round produced for each of B sequences, as the trace records it."""
 
     draft: Draft
-    verdict: Verdict
+    round: Round
     soft_labels: torch.Tensor  # (B, gamma) sum_v min(p_d, p_t) at each draft position
     hidden: torch.Tensor  # (B, F) drafter features at the new anchor (predicted next_token)
     block_features: torch.Tensor  # (B, gamma + 1, F) features at [anchor, drafts]
 
 
 def spec_round(
-    decoder: BatchDecoder,
+    passes: Requests,
     drafter: Drafter,
     hidden: torch.Tensor,
     anchor: torch.Tensor,
-    lengths: torch.Tensor,
     generator: torch.Generator,
     greedy: bool = False,
     history: History | None = None,
-) -> Round:
-    """Draft gamma tokens, verify the first lengths[b] of each in ONE target pass over
-    [anchor, drafts], accept by rejection sampling and keep the accepted prefix in the cache.
-    The decoder must keep the drafter's input layers (`BatchDecoder(target, layers)`)."""
+) -> Collected:
+    """Draft gamma tokens and verify all of them (`verify_round`). The ragged pass must keep
+    the drafter's input layers (`RaggedTarget(target, input_layers(drafter, target))`)."""
     draft = drafter.draft(hidden, anchor, generator, greedy, history)
-    block = torch.cat([anchor[:, None], draft.tokens], dim=1)
-    states = decoder.extend(block, lengths + 1)
-    features = decoder.features
-    p_target = decoder.probs(states)
-    p_draft = drafter.full_vocab(draft.probs, p_target.shape[-1])
-    verdict = verify(draft.tokens, p_draft, p_target, lengths, generator, greedy)
-    decoder.trim(verdict.accepted + 1)
-    rows = torch.arange(block.shape[0])
-    return Round(
+    p_draft = drafter.full_vocab(draft.probs, passes.passes.target.vocab_size)
+    full = torch.full((len(anchor),), drafter.gamma, dtype=torch.long)
+    done = verify_round(anchor, draft.tokens, p_draft, full, passes, generator, greedy)
+    features = passes.block_features  # (B, gamma + 1, F)
+    return Collected(
         draft=draft,
-        verdict=verdict,
-        soft_labels=overlap(p_draft, p_target[:, :-1]),
-        hidden=features[rows, verdict.accepted],
+        round=done,
+        soft_labels=overlap(p_draft, done.p_target[:, :-1]),
+        hidden=features[torch.arange(len(anchor)), done.verdict.accepted],
         block_features=features,
     )
 
@@ -105,29 +102,31 @@ def _decode_batch(
     generator: torch.Generator,
     greedy: bool,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
-    decoder = BatchDecoder(target, input_layers(drafter, target))
-    final = decoder.prefill(prompts)
-    anchor = sample(decoder.probs(final), generator, greedy)  # prefill emits the first token
-    last = torch.tensor([len(p) for p in prompts]) - 1
-    hidden = decoder.features[torch.arange(len(prompts)), last]
-    history = prompt_history(decoder.features, prompts, drafter.config.context)
+    gamma = drafter.gamma
+    passes = RaggedTarget(target, input_layers(drafter, target))
+    lengths = [len(p) for p in prompts]
+    final = passes.prefill(prompts, max_new_tokens + gamma + 1)  # (B, H)
+    anchor = sample(passes.probs(final), generator, greedy)  # prefill emits the first token
+    by_prompt = pad_sequence(passes.features.split(lengths), batch_first=True)  # (B, M, F)
+    hidden = by_prompt[torch.arange(len(prompts)), torch.tensor(lengths) - 1]
+    history = prompt_history(by_prompt, prompts, drafter.config.context)
     outputs = [[int(t)] for t in anchor]
     live = torch.tensor([int(t) != target.eos_id for t in anchor])
-    alive = torch.arange(len(prompts))  # batch row -> prompt index
+    alive = torch.arange(len(prompts))  # batch row -> prompt index (and its cache)
     records: list[dict[str, np.ndarray]] = []
     rounds = np.zeros(len(prompts), dtype=np.int32)
-    gamma = drafter.gamma
     while True:
         if not bool(live.all()):
+            for rid in alive[~live].tolist():
+                passes.store.drop(rid)
             keep = torch.nonzero(live).squeeze(1)
-            decoder.select(keep)
             alive, hidden, anchor = alive[keep], hidden[keep], anchor[keep]
             history = History(history.features[keep], history.tokens[keep], history.valid[keep])
         if len(alive) == 0:
             break
-        full = torch.full((len(alive),), gamma, dtype=torch.long)
-        result = spec_round(decoder, drafter, hidden, anchor, full, generator, greedy, history)
-        accepted = result.verdict.accepted
+        requests = Requests(passes, alive.tolist())
+        result = spec_round(requests, drafter, hidden, anchor, generator, greedy, history)
+        accepted = result.round.verdict.accepted
         history = push_history(
             history, hidden, anchor, accepted, result.draft.tokens, result.block_features
         )
@@ -142,18 +141,13 @@ def _decode_batch(
             }
         )
         rounds[seq] += 1
-        live = torch.ones(len(alive), dtype=torch.bool)
+        room = max_new_tokens - torch.tensor([len(outputs[i]) for i in seq])
+        tokens = result.round.tokens
+        counts, ended = emitted(tokens, accepted + 1, target.eos_id, room)
         for row, prompt_idx in enumerate(seq):
-            n = int(accepted[row])
-            new = [*result.draft.tokens[row, :n].tolist(), int(result.verdict.next_token[row])]
-            out = outputs[prompt_idx]
-            if target.eos_id in new:
-                new = new[: new.index(target.eos_id) + 1]
-                live[row] = False
-            out.extend(new[: max(0, max_new_tokens - len(out))])
-            if len(out) >= max_new_tokens:
-                live[row] = False
-        hidden, anchor = result.hidden, result.verdict.next_token
+            outputs[prompt_idx].extend(tokens[row, : counts[row]].tolist())
+        live = ~ended & (counts < room)
+        hidden, anchor = result.hidden, result.round.verdict.next_token
     return _trace_frame(records, gamma), outputs
 
 

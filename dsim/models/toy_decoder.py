@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from dsim.models.sampling import verify
+from dsim.models.speculative import emitted, verify_round
 
 
 def chain(vocab: int, seed: int, sharp: float) -> torch.Tensor:
@@ -43,34 +43,44 @@ def speculative_decode(
     """
     vocab = draft.shape[1]
     g = torch.Generator().manual_seed(seed)
-    out = torch.full((n_seq, out_len + gamma + 1), -1, dtype=torch.long)
+    out = torch.full((n_seq, out_len), -1, dtype=torch.long)
     filled = torch.zeros(n_seq, dtype=torch.long)
     prev = torch.full((n_seq,), vocab, dtype=torch.long)
-    rows, first_lengths = torch.arange(n_seq), None
+    chains, first_lengths = Chains(target), None
     while bool((filled < out_len).any()):
         tokens, states, state = [], [], prev
         for _ in range(gamma):
             states.append(state)
             state = torch.multinomial(draft[state], 1, generator=g).squeeze(1)
             tokens.append(state)
-        states_t = torch.stack(states, 1)
+        states_t = torch.stack(states, 1)  # (n_seq, gamma) the state each draft was drawn from
         lengths = np.asarray(lengths_for(states_t.numpy()))
         first_lengths = lengths if first_lengths is None else first_lengths
-        drafts = torch.stack(tokens, 1)
-        p_states = torch.cat([states_t, drafts[:, -1:]], 1)
-        verdict = verify(drafts, draft[states_t], target[p_states], torch.as_tensor(lengths),
-                         generator=g)  # fmt: skip
+        drafts = torch.stack(tokens, 1)  # (n_seq, gamma)
+        done = verify_round(prev, drafts, draft[states_t], torch.as_tensor(lengths), chains, g)
+        accepted = done.verdict.accepted  # (n_seq,)
         if observe is not None:
-            observe(lengths, verdict.accepted.numpy())
-        active = filled < out_len
+            observe(lengths, accepted.numpy())
+        counts, _ = emitted(done.tokens, accepted + 1, None, out_len - filled)  # (n_seq,)
         for k in range(gamma + 1):
-            emit = torch.where(k < verdict.accepted, drafts[:, min(k, gamma - 1)], -1)
-            emit = torch.where(k == verdict.accepted, verdict.next_token, emit)
-            keep = (emit >= 0) & active
-            out[rows[keep], filled[keep] + k] = emit[keep]
-        filled += torch.where(active, verdict.accepted + 1, 0)
-        prev = verdict.next_token
-    return out[:, :out_len].numpy(), first_lengths
+            rows = torch.nonzero(k < counts).squeeze(1)
+            out[rows, filled[rows] + k] = done.tokens[rows, k]
+        filled += counts
+        prev = done.verdict.next_token
+    return out.numpy(), first_lengths
+
+
+class Chains:
+    """The toy target as a `dsim.models.speculative.TargetPass`: a Markov chain keeps no cache."""
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        self.probs = probs  # (vocab + 1, vocab)
+
+    def score(self, block: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return self.probs[block]  # (n_seq, gamma + 1, vocab): the next state after each
+
+    def commit(self, kept: torch.Tensor) -> None:
+        return None
 
 
 def joint_pvalue(out: np.ndarray, target: torch.Tensor) -> float:

@@ -1,3 +1,3 @@
-"""Real mode: the engine driving actual drafter and target passes (`dsim serve`), the ragged
-forward pass and CPU profiling. Imports `run`, `run_inputs`, the engine, `models` and
-`hardware`; only command modules and `validation` import it."""
+"""Real mode: the engine driving actual drafter and target passes (`dsim serve`): the backend,
+its workload and the runner. Imports `run`, `run_inputs`, the engine and `models`; only command
+modules and `validation` import it."""

@@ -1,4 +1,4 @@
-"""The real backend: the engine's rounds run the actual drafter and target (issue 7).
+"""The real backend: the engine's rounds run the actual drafter and target.
 
 Per running request it keeps the anchor (the last emitted token, not yet in the KV cache), the
 drafter's input features at the position that predicted it (the target layers the drafter
@@ -6,16 +6,18 @@ reads: `dsim.models.drafters.input_layers`) and, for a drafter that attends to r
 positions (llama block, `context` > 0), the window of the last `context` target positions
 (`History`), slid exactly as `dsim collect` slides it (`prompt_history`, `push_history`).
 A round: `draw` runs the drafter's batched pass (confidences for the policy, drafts kept for
-`verify`); `verify` runs ONE flattened target pass over [anchor, first l_r drafts] of every
-request, rejection-samples with `dsim.models.sampling.verify`, commits the accepted prefix to
-the cache and reports an end-of-sequence token as a stop. `prefill` runs the step's prefill
-chunks as the engine schedules them (the cache grows chunk by chunk; a second pass of the
-step, after the verify pass) and samples the first new token when a request's last chunk is
-done; after a preemption the prefilled context is the prompt plus the tokens generated so far.
+`verify`); `verify` runs the speculative round of `dsim.models.speculative` (the one collect
+and the toy decoder run) with ONE flattened target pass over [anchor, first l_r drafts] of
+every request (`dsim.models.ragged.Requests`) and reports an end-of-sequence token as a stop.
+`prefill` runs the step's prefill chunks as the engine schedules them (the cache grows chunk by
+chunk; a second pass of the step, after the verify pass) and samples the first new token when a
+request's last chunk is done; after a preemption the prefilled context is the prompt plus the
+tokens generated so far.
 
 The backend reports the tokens each request emitted (cut after an end-of-sequence token, which
-it flags); output caps are the engine's alone: a request's text is its first `output_tokens`
-tokens (`text_tokens`), the count the engine recorded.
+it flags, by `dsim.models.speculative.emitted`); output caps are the engine's alone: a
+request's text is its first `output_tokens` tokens (`text_tokens`), the count the engine
+recorded.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from dsim.models.drafters import (
     prompt_history,
     push_history,
 )
-from dsim.models.sampling import sample, verify
-from dsim.real.ragged import RaggedTarget
+from dsim.models.ragged import RaggedTarget, Requests
+from dsim.models.sampling import sample
+from dsim.models.speculative import emitted, verify_round
 
 HISTORY_FIELDS = ("features", "tokens", "valid")
 
@@ -118,54 +121,43 @@ class RealBackend:
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One target pass over every request's anchor + first l_r drafts; rejection sampling."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One target pass over every request's anchor + first l_r drafts (`verify_round`):
+        the tokens each emitted, the accepted drafts among them and end-of-sequence flags."""
         if not np.array_equal(idx, self.drafting):
             raise RuntimeError("verify must follow draw for the same requests")
         rows = [int(i) for i in idx]
         widest = int(lengths.max()) if len(lengths) else 0
         if widest and self._draft is None:
             raise RuntimeError("a policy verified drafts but the backend has no drafter")
+        anchor = torch.tensor([self.anchor[r] for r in rows], dtype=torch.long)  # (R,)
+        passes = Requests(self.passes, rows)
         if widest:
-            drafts = self._draft.tokens[:, :widest]
+            drafts = self._draft.tokens[:, :widest]  # (R, w)
+            p_draft = self.drafter.full_vocab(self._draft.probs[:, :widest], self.target.vocab_size)
         else:
             drafts = torch.zeros((len(rows), 0), dtype=torch.long)
-        blocks = [[self.anchor[r], *drafts[k, : lengths[k]].tolist()] for k, r in enumerate(rows)]
-        states = self.passes.forward(rows, blocks)
-        features = self.passes.features
-        # Scatter the flat states into (R, widest + 1) so sampling is vectorised over requests.
+            p_draft = torch.zeros((len(rows), 0, self.target.vocab_size))
         lengths_t = torch.as_tensor(lengths, dtype=torch.long)
-        starts = torch.cumsum(lengths_t + 1, 0) - (lengths_t + 1)
-        flat = (starts[:, None] + torch.arange(widest + 1)).clamp(max=states.shape[0] - 1)
-        p_target = self.passes.probs(states)[flat]  # padded slots hold junk that is never read
-        p_draft = (
-            self.drafter.full_vocab(self._draft.probs[:, :widest], p_target.shape[-1])
-            if widest
-            else p_target[:, :0]
-        )
-        verdict = verify(drafts, p_draft, p_target, lengths_t, self.generator, self.greedy)
+        done = verify_round(anchor, drafts, p_draft, lengths_t, passes, self.generator, self.greedy)
+        accepted = done.verdict.accepted  # (R,)
+        features = passes.block_features  # (R, w + 1, F) or None
         if self.context:  # slide the windows as dsim collect does (padded slots never read)
-            before = self._windows(rows)
             old_hidden = torch.stack([self.hidden[r] for r in rows])
-            old_anchor = torch.tensor([self.anchor[r] for r in rows], dtype=torch.long)
             moved = push_history(
-                before, old_hidden, old_anchor, verdict.accepted, drafts, features[flat]
+                self._windows(rows), old_hidden, anchor, accepted, drafts, features
             )
-        accepted = verdict.accepted.numpy()
-        emitted = np.zeros(len(rows), dtype=np.int64)
-        stop = np.zeros(len(rows), dtype=bool)
+        counts, stop = emitted(done.tokens, accepted + 1, self.target.eos_id)  # (R,), (R,)
         for k, r in enumerate(rows):
-            n = int(accepted[k])
-            tokens = [*drafts[k, :n].tolist(), int(verdict.next_token[k])]
-            emitted[k], stop[k] = self._emit(r, tokens)
-            self.passes.store.commit(r, 1 + n)
+            n = int(counts[k])
+            self.outputs[r].extend(done.tokens[k, :n].tolist())
             if features is not None:
-                self.hidden[r] = features[int(starts[k]) + n].clone()
-            self.anchor[r] = tokens[-1]
+                self.hidden[r] = features[k, int(accepted[k])].clone()
+            self.anchor[r] = int(done.verdict.next_token[k])
             if self.context:
                 self.window[r] = History(*(getattr(moved, f)[k : k + 1] for f in HISTORY_FIELDS))
         self._draft = None
-        return emitted, stop
+        return counts.numpy(), torch.minimum(accepted, counts).numpy(), stop.numpy()
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """Run this step's prefill chunks (of the prompt, plus the tokens generated before a
@@ -200,7 +192,8 @@ class RealBackend:
             if self.passes.store.lengths[r] != len(seq):
                 raise RuntimeError(f"request {r}: prefill chunks do not add up to its context")
             token = int(first[j])
-            _, stop[j] = self._emit(r, [token])
+            self.outputs[r].append(token)
+            stop[j] = token == self.target.eos_id
             if features is not None:
                 self.hidden[r] = features[int(last[j])].clone()
             self.anchor[r] = token
@@ -223,16 +216,6 @@ class RealBackend:
             return None
         w = [self.window[r] for r in rows]
         return History(*(torch.cat([getattr(h, f) for h in w]) for f in HISTORY_FIELDS))
-
-    def _emit(self, r: int, tokens: list[int]) -> tuple[int, bool]:
-        """Append `tokens` to request r's output, cut after an end-of-sequence token; returns
-        how many it emitted and whether an end-of-sequence token ended the request."""
-        eos = self.target.eos_id
-        ended = eos in tokens
-        if ended:
-            tokens = tokens[: tokens.index(eos) + 1]
-        self.outputs[r].extend(tokens)
-        return len(tokens), ended
 
     def text_tokens(self, r: int, n: int) -> list[int]:
         """Request r's output as the engine recorded it: its first n tokens (the engine cut the

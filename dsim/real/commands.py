@@ -17,6 +17,7 @@ from typer.models import OptionInfo
 
 from dsim import run_commands as opts
 from dsim.fileio import check_output_dir
+from dsim.models.target import SMOLLM2, TINY
 from dsim.real.defaults import DEFAULT_PROMPTS
 from dsim.report import progress_bar
 from dsim.run import RUN_OWNER
@@ -81,7 +82,7 @@ def serve_cmd(
         rich_help_panel=MODELS,
     ),
     target: str = typer.Option(
-        "smollm2-135m", help="smollm2-135m, tiny or a HF folder.", rich_help_panel=MODELS
+        SMOLLM2, help=f"{SMOLLM2}, {TINY} or a HF folder.", rich_help_panel=MODELS
     ),
     prompts: Path = typer.Option(
         DEFAULT_PROMPTS, help="Prompt file (JSON lines).", rich_help_panel=MODELS

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from dsim import spec_grammar
+from dsim.models.target import SMOLLM2, TINY
 from dsim.validation.settings import Settings, parse_loads
 
 INPUTS, STUDY, RUNS = "Inputs", "Study", "Each run"
@@ -39,7 +40,7 @@ def validate_cmd(
         rich_help_panel=INPUTS,
     ),
     target: str = typer.Option(
-        DEFAULTS.target, help="smollm2-135m, tiny or a HF folder.", rich_help_panel=INPUTS
+        DEFAULTS.target, help=f"{SMOLLM2}, {TINY} or a HF folder.", rich_help_panel=INPUTS
     ),
     preset: str = typer.Option(
         DEFAULTS.preset, help="Parametric acceptance to compare.", rich_help_panel=STUDY

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from dsim.hardware.latency import write_profile
+from dsim.models.cpu_profile import write_cpu_profile
 from dsim.models.data import Prompt
-from dsim.real.profile import write_cpu_profile
 from dsim.validation.bench import Bench
 
 DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)

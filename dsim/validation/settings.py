@@ -9,6 +9,7 @@ from pathlib import Path
 from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.hardware.measure import Grid
+from dsim.models.target import SMOLLM2
 from dsim.policies import Oracle, parse_policy
 from dsim.real.defaults import DEFAULT_PROMPTS
 
@@ -34,7 +35,7 @@ class Settings:
     max_new_tokens: int = 64
     max_seqs: int = 16
     seed: int = 0
-    target: str = "smollm2-135m"
+    target: str = SMOLLM2
     profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
 
     def check(self) -> None:

@@ -182,19 +182,17 @@ def draft_times(files: dict[str, Path], target, reps: int = 30) -> list[dict]:
 
 def verify_latency(target, reps: int, context: int = 256) -> list[dict]:
     """For scale: one target verify pass over 1 + 7 tokens per sequence, KV context 256."""
-    import torch
 
-    from dsim.models.decode import BatchDecoder
+    from dsim.models.ragged import RaggedTarget
 
     rows = []
     for batch in (1, 16):
         times = []
         for _ in range(max(3, reps // 5)):
-            decoder = BatchDecoder(target)
-            decoder.prefill([[1] * context] * batch)
-            block = torch.ones(batch, 8, dtype=torch.long)
+            passes = RaggedTarget(target)
+            passes.prefill([[1] * context] * batch, 8)
             start = time.perf_counter()
-            decoder.probs(decoder.extend(block, torch.full((batch,), 8)))
+            passes.probs(passes.forward(list(range(batch)), [[1] * 8] * batch))
             times.append(time.perf_counter() - start)
         rows.append(
             {

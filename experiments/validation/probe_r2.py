@@ -21,7 +21,7 @@ import torch
 
 from dsim.hardware.latency import LatencyModel
 from dsim.hardware.measure import cpu_timer
-from dsim.real.profile import PassClock, random_target, round_robin
+from dsim.models.cpu_profile import PassClock, random_target, round_robin
 
 PROFILE = Path(__file__).resolve().parent / "v11" / "profile.csv"
 CONTEXT = 512

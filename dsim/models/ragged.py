@@ -1,4 +1,5 @@
-"""One target forward pass over a ragged batch, with a KV cache per request.
+"""One target forward pass over a ragged batch, with a KV cache per request: the one KV cache of
+the real models (serve's backend, collect, plain sampling for training data, CPU profiles).
 
 Continuous batching changes the running set every step and each request verifies its own
 number of tokens, so the pass is *flattened*: every request's query tokens sit side by side in
@@ -49,6 +50,13 @@ class KVPool:
         slot = next(s for s in range(len(taken) + 1) if s not in taken)
         self._grow(slot + 1, capacity)
         self.slot[rid], self.lengths[rid] = slot, 0
+
+    def fork(self, rid: int, copy: int) -> None:
+        """Request `copy` starts as a copy of request `rid`'s cache (answers sharing a prompt)."""
+        self.open(copy, self.kv.shape[4])
+        n = self.lengths[rid]
+        self.kv[:, :, self.slot[copy], :, :n] = self.kv[:, :, self.slot[rid], :, :n]
+        self.lengths[copy] = n
 
     def drop(self, rid: int) -> None:
         self.slot.pop(rid, None)
@@ -171,6 +179,41 @@ class RaggedTarget:
             self.features = final
         return final
 
+    def prefill(self, prompts: list[list[int]], room: int) -> torch.Tensor:
+        """Open caches 0..B-1 for the prompts, with `room` tokens to grow, and run the prompts
+        in one pass; returns the final states at each prompt's last token (B, H). The kept
+        layers' states of every prompt token are in `self.features` (sum of lengths, F)."""
+        rids = list(range(len(prompts)))
+        for rid, ids in zip(rids, prompts, strict=True):
+            self.store.open(rid, len(ids) + room)
+        states = self.forward(rids, prompts)
+        for rid, ids in zip(rids, prompts, strict=True):
+            self.store.commit(rid, len(ids))
+        return states[torch.cumsum(torch.tensor([len(p) for p in prompts]), 0) - 1]
+
     def probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution (temperature 1) at each hidden state."""
         return torch.softmax(hidden @ self.target.lm_head_weight.T, dim=-1)
+
+
+class Requests:
+    """Some of a `RaggedTarget`'s requests as a `dsim.models.speculative.TargetPass`: one
+    flattened pass over their blocks, its states scattered back to one row per request."""
+
+    def __init__(self, passes: RaggedTarget, rids: list[int]) -> None:
+        self.passes, self.rids = passes, rids
+        self.block_features: torch.Tensor | None = None  # (R, w + 1, F) after `score`
+
+    def score(self, block: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """block (R, w + 1), counts (R,) -> p_target (R, w + 1, V); past counts[r]: junk."""
+        blocks = [row[:n].tolist() for row, n in zip(block, counts.tolist(), strict=True)]
+        states = self.passes.forward(self.rids, blocks)  # (B, H), B = sum of counts
+        starts = torch.cumsum(counts, 0) - counts  # (R,)
+        flat = (starts[:, None] + torch.arange(block.shape[1])).clamp(max=len(states) - 1)
+        features = self.passes.features  # (B, F) or None
+        self.block_features = None if features is None else features[flat]
+        return self.passes.probs(states)[flat]
+
+    def commit(self, kept: torch.Tensor) -> None:
+        for rid, n in zip(self.rids, kept.tolist(), strict=True):
+            self.passes.store.commit(rid, n)

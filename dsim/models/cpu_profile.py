@@ -1,7 +1,7 @@
 """A CPU load profile measured through real mode's own target pass (`dsim profile --device cpu`).
 
 Real mode runs every target step as ONE flattened pass over ragged per-request blocks with a KV
-pool read in place (`dsim.real.ragged.RaggedTarget.forward`), then the LM head and softmax at
+pool read in place (`dsim.models.ragged.RaggedTarget.forward`), then the LM head and softmax at
 the positions it samples from (`RaggedTarget.probs`): every position of a verify block, the
 last position of a prefill block. This module times exactly those two calls, on random weights
 built from a zoo config (latency does not depend on weight values), at grid points where the
@@ -42,7 +42,7 @@ from dsim.hardware.measure import (
     device_name,
     profiled_config,
 )
-from dsim.real.ragged import RaggedTarget
+from dsim.models.ragged import RaggedTarget
 
 TIMER_NOTES = {
     "wall": "perf_counter: wall time",
@@ -291,7 +291,7 @@ def write_cpu_profile(
     fitted = LatencyModel(df, name=Path(out).stem)
     meta = {
         "estimate": False,
-        "method": "measured: real mode's target pass (dsim.real.ragged.RaggedTarget.forward "
+        "method": "measured: real mode's target pass (dsim.models.ragged.RaggedTarget.forward "
         "over ragged blocks with a KV pool, then the LM head and softmax at every verify "
         "position and the last prefill position), rejection sampling not timed; the timed "
         "repeats in rounds over all points (round_robin)",

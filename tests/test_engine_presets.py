@@ -186,3 +186,55 @@ def test_no_tracked_file_points_outside_the_repository():
 def test_default_engine_is_faster_than_the_2023_engine_and_slower_than_gpu_work():
     new, old, gpu = latency("vllm"), latency("vllm-2023"), latency("gpu-only")
     assert (gpu <= new).all() and (new < old).all()
+
+
+# -- memory: weights and KV per GPU, the KV dtype, models that do not fit ----------------------
+
+
+def test_sidecar_memory_is_the_closed_form_and_fp8_kv_halves_it():
+    _, bf16 = roofline_profile("h200", "qwen3-8b", CTX)
+    _, fp8 = roofline_profile("h200", "qwen3-8b", CTX, kv_dtype="fp8")
+    arch = zoo.load_arch("qwen3-8b")
+    weights = arch.param_counts()[0] * 2
+    kv = 36 * 2 * 8 * 128 * 2  # layers x (K, V) x KV heads x head_dim x bf16 bytes
+    mem = bf16["memory"]
+    assert mem["weight_bytes_per_gpu"] == weights and mem["kv_bytes_per_token_per_gpu"] == kv
+    assert mem["kv_capacity_tokens"] == int((0.9 * 141e9 - weights) // kv)
+    assert fp8["memory"]["kv_bytes_per_token_per_gpu"] == kv // 2
+    assert fp8["memory"]["kv_capacity_tokens"] == int((0.9 * 141e9 - weights) // (kv // 2))
+    assert fp8["memory"]["kv_dtype"] == "fp8"
+
+
+def test_fp8_kv_reads_less_in_attention_and_nothing_else_changes():
+    _, bf16 = roofline_profile("h200", "qwen3-8b", CTX, engine="gpu-only")
+    _, fp8 = roofline_profile("h200", "qwen3-8b", CTX, engine="gpu-only", kv_dtype="fp8")
+    for point, parts in bf16["breakdown_ms"].items():
+        assert fp8["breakdown_ms"][point]["attention"] < parts["attention"], point
+        assert fp8["breakdown_ms"][point]["linear"] == parts["linear"]
+
+
+def test_zoo_llama_3_parameter_counts_match_published():
+    assert zoo.load_arch("llama3.1-8b").param_counts()[0] == pytest.approx(8.03e9, rel=0.005)
+    assert zoo.load_arch("llama3.3-70b").param_counts()[0] == pytest.approx(70.6e9, rel=0.005)
+    assert zoo.load_arch("llama3.3-70b").vocab == 128256
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "llama3.3-70b", "--roofline", "h100"], "llama3.3-70b's weights need 141.1 GB"),
+        (["--model", "qwen3-8b", "--roofline", "h200", "--kv-dtype", "int4"], "--kv-dtype must be"),
+    ],
+)
+def test_a_model_that_does_not_fit_or_a_bad_kv_dtype_is_refused(
+    monkeypatch, capsys, tmp_path, args, message
+):
+    out = tmp_path / "p.csv"
+    code, _, err = run_cli(monkeypatch, capsys, "profile", *args, "--out", str(out))
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_model_fits_on_more_gpus():
+    _, meta = roofline_profile("h100", "llama3.3-70b", CTX, tp=4, dtype="fp8", kv_dtype="fp8")
+    assert meta["memory"]["kv_capacity_tokens"] > 100_000

@@ -97,6 +97,9 @@ def profile(
         f"{ENGINE_NAMES} (default {DEFAULT_ENGINE}: vLLM V1 with CUDA graphs; "
         "profiles/README.md, Engine presets).",
     ),
+    kv_dtype: str = typer.Option(
+        "bf16", help="With --roofline: KV-cache dtype, bf16 or fp8 (bytes read and held)."
+    ),
     overhead_scale: float = typer.Option(
         1.0,
         help="With --roofline: multiply the chosen engine's step terms by this; 0 keeps only "
@@ -122,7 +125,9 @@ def profile(
         if drafter:
             raise InputError(None, None, "--drafter is not supported with --roofline")
         name = DEFAULT_ENGINE if engine is None else engine
-        options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, engine=name)
+        options = dict(
+            tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, engine=name, kv_dtype=kv_dtype
+        )
         df = write_roofline(roofline, model, out, c, command=command, **options)
         chosen = f"engine {name}" + (" (the default)" if engine is None else "")
         typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")

@@ -205,7 +205,7 @@ def attention_time(
     """
     d_qk, d_v = arch.attn_dims()
     flops = 2.0 * pairs * (arch.heads // par.tp) * (d_qk + d_v)
-    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp)
+    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
     return linear_time(fit, gpu, flops, nbytes, gpu.flops)
 
 

@@ -47,6 +47,8 @@ BREAKDOWN = (
     ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
 )
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights + KV cache
 
 
 def grid(contexts: tuple[int, ...] | list[int] = CONTEXTS) -> pd.DataFrame:
@@ -74,6 +76,13 @@ def parse_dtype(dtype: str) -> str:
         ) from None
 
 
+def parse_kv_dtype(kv_dtype: str) -> str:
+    try:
+        return KV_DTYPES[kv_dtype.lower()]
+    except KeyError:
+        raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {kv_dtype!r}") from None
+
+
 def roofline_profile(
     gpu: str,
     model: str,
@@ -83,13 +92,26 @@ def roofline_profile(
     dtype: str = "bf16",
     overhead_scale: float = 1.0,
     engine: str = DEFAULT_ENGINE,
+    kv_dtype: str = "bf16",
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
     preset = get_engine(engine)
     spec = get_gpu(gpu)
     arch = zoo.load_arch(model)
-    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype))
+    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
     check_parallel(arch, par)
+    weights = weight_bytes_per_gpu(arch, par)
+    kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
+    if weights >= usable:
+        raise InputError(
+            None,
+            None,
+            f"{model}'s weights need {weights / 1e9:.1f} GB per GPU, more than the "
+            f"{usable / 1e9:.1f} GB a serving engine may use of {gpu.lower()}'s "
+            f"{spec.memory_bytes / 1e9:.0f} GB (gpu_memory_utilization {GPU_MEMORY_UTILIZATION}): "
+            "raise --tp or use --dtype fp8",
+        )
     if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
         raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
     cal = gpu_fit.calibration(spec)
@@ -128,8 +150,6 @@ def roofline_profile(
             "dtype",
         ]
     ]
-    weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.layers * kv_bytes_per_token_layer(arch, tp)
     over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))
     total, active = arch.param_counts()
     meta = {
@@ -155,6 +175,17 @@ def roofline_profile(
         "parallel": {"tp": tp, "ep": ep, "dtype": par.dtype, "gpus": tp},
         "weight_bytes_per_gpu": weights,
         "kv_bytes_per_token_per_gpu": kv,
+        "memory": {
+            "gpu_memory_bytes": spec.memory_bytes,
+            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+            "weight_bytes_per_gpu": weights,
+            "kv_dtype": par.kv_dtype,
+            "kv_bytes_per_token_per_gpu": kv,
+            "kv_capacity_tokens": int((usable - weights) // kv),
+            "note": "KV capacity = (gpu_memory_utilization x memory - weights) / KV bytes per "
+            "token, as vLLM sizes its cache; activations and CUDA graphs' memory are not "
+            "subtracted, so it is an upper bound",
+        },
         "overhead_scale": overhead_scale,
         "engine": preset.record(overhead_scale),
         "breakdown_ms": breakdown,

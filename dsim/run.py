@@ -187,7 +187,11 @@ def run_engine(
 
     env = simpy.Environment()
     cluster = Cluster(env, spec, make_replica, workload.arrival_s, workload.prompt_tokens)
-    cluster.start(None if progress is None else (lambda done: progress(done, n)))
+    cluster.start(
+        None if progress is None else (lambda done: progress(done, n)),
+        workload.concurrency,
+        records,
+    )
     env.run()
     requests = records.table(workload)
     logs = cluster.step_logs()

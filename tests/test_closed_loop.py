@@ -1,5 +1,5 @@
 """Closed-loop clients (`synthetic:...,concurrency=N`): at most N requests in flight, a new one
-sent when one finishes, TTFT counted from the send."""
+sent when one finishes, TTFT counted from the send; and the benchmark's pooled ITL."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 from conftest import write_flat_profile
 
 from dsim.cli import main
+from dsim.engine.steplog import StepLog
+from dsim.metrics import pooled_itl
 from dsim.run import RunSpec, simulate
 
 L_MS = 10.0
@@ -83,3 +85,22 @@ def test_bad_concurrency_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and message in err, err
     assert not out.exists()
+
+
+# -- the benchmark's ITL: gaps pooled over all requests ----------------------------------------
+
+
+def test_pooled_itl_counts_each_step_once_per_decoding_request():
+    z = np.zeros(4)
+    steps = StepLog(z, np.array([0.5, 0.001, 0.002, 0.003]), np.array([0, 1, 1, 10]), z, z, z)
+    # gaps: 1 x 1 ms, 1 x 2 ms, 10 x 3 ms (the step with no decoding request gives none)
+    assert pooled_itl(steps, 50) == 0.003
+    assert pooled_itl(steps, 5) == 0.001
+    assert pooled_itl(steps, 99) == 0.003
+
+
+def test_itl_on_a_flat_profile_is_the_step_and_the_summary_has_it(flat):
+    trace = "synthetic:rate=20,n=20,prompt=100,output=30,concurrency=4"
+    summary = simulate(RunSpec(trace=trace, profile=flat, policy="ar")).summary
+    assert summary["itl_p50_s"] == pytest.approx(L_MS / 1e3)
+    assert summary["itl_p99_s"] == pytest.approx(L_MS / 1e3)

@@ -238,3 +238,12 @@ def test_a_model_that_does_not_fit_or_a_bad_kv_dtype_is_refused(
 def test_the_same_model_fits_on_more_gpus():
     _, meta = roofline_profile("h100", "llama3.3-70b", CTX, tp=4, dtype="fp8", kv_dtype="fp8")
     assert meta["memory"]["kv_capacity_tokens"] > 100_000
+
+
+def test_profile_show_names_the_engine(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "p.csv"
+    args = ["profile", "--roofline", "h200", "--model", "qwen3-8b", "--contexts", "2048"]
+    code, _, _ = run_cli(monkeypatch, capsys, *args, "--engine", "trtllm", "--out", str(out))
+    assert code == 0
+    code, stdout, _ = run_cli(monkeypatch, capsys, "profile", "show", str(out))
+    assert code == 0 and "engine trtllm;" in stdout

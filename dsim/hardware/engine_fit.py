@@ -269,21 +269,6 @@ def loso() -> dict:
     }
 
 
-def in_sample() -> pd.DataFrame:
-    """Each admitted row against the shipped presets and against GPU work alone."""
-    rows = fit_rows()
-    fit = presets()
-    pred = np.empty(len(rows))
-    for name, idx in rows.groupby("preset").groups.items():
-        pos = rows.index.get_indexer(idx)
-        pred[pos] = predict(rows.loc[idx], fit[name])
-    return rows.assign(
-        predicted_s=pred,
-        error=pred / rows["measured_s"] - 1.0,
-        gpu_only_error=(rows["gpu_s"] + rows["prefill_s"]) / rows["measured_s"] - 1.0,
-    )
-
-
 def record() -> dict:
     """What a sidecar records about the engine fit: data, rules, terms, held-out errors."""
     return {

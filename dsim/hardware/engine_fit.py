@@ -39,9 +39,9 @@ ROWS: dict[int, tuple[str, str, str]] = {
 FOLDS = ("vLLM 50", "vLLM 200", "SGLang 50", "SGLang 200", "NIM", "SGLang PR", "LMSYS blog")
 FITTED = ("vllm", "sglang", "trtllm")
 MTBENCH_CONTEXT = 1000  # the MT-Bench row's context (its lengths are not published)
-# The long-input rule's budgets: vLLM 0.8.4's API-server max_num_batched_tokens, SGLang's
-# chunked_prefill_size in the fitted runs' log.
-RULE_BUDGET = {"vLLM": 2048, "SGLang": 8192}
+# The long-input rule's budgets: vLLM 0.8.4's API-server max_num_batched_tokens on H100/H200,
+# SGLang's chunked_prefill_size in the fitted runs' log.
+RULE_BUDGET = {"vLLM": 8192, "SGLang": 8192}
 SETUPS = {  # setup of a row: (zoo model, gpu, tp, weight dtype)
     "deepseek": ("deepseek-v3", "h200", 8, "fp8"),
     "nim": ("llama3.3-70b", "h100", 2, "fp8"),

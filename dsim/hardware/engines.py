@@ -55,8 +55,8 @@ VLLM_SCHED = Scheduling(
     True,
     8192,
     "vLLM V1 always chunks prefill into decode steps; max_num_batched_tokens defaults to 8192 "
-    "for the API server on GPUs of >= 70 GB other than A100 (vllm/engine/arg_utils.py, "
-    "get_batch_defaults, vLLM >= 0.9), 2048 otherwise and in 0.8.4, the version fitted on",
+    "for the API server on H100/H200 (by device name, 0.8.4 included; since 0.9 on any GPU of "
+    ">= 70 GB other than A100; vllm/engine/arg_utils.py), 2048 on other GPUs",
 )
 ENGINES: dict[str, str] = {
     "vllm": "vLLM V1 with CUDA graphs (torch.compile + piecewise graphs)",

@@ -25,7 +25,7 @@ SEEDS = (0, 1, 2)
 NIM = "NVIDIA NIM for LLMs (llama-3.3-70b-instruct container)"
 # engine column -> (preset, --prefill-chunk, fused prefill, profile's gpu, model, tp, dtype)
 ENGINE = {
-    "vLLM": ("vllm", 2048, True, ("h200", "deepseek-v3", 8, "fp8")),
+    "vLLM": ("vllm", 8192, True, ("h200", "deepseek-v3", 8, "fp8")),
     "SGLang": ("sglang", 8192, False, ("h200", "deepseek-v3", 8, "fp8")),
     NIM: ("trtllm", 8192, True, ("h100", "llama3.3-70b", 2, "fp8")),
 }

@@ -23,7 +23,7 @@ from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepLog
 from dsim.errors import SimulationStuck
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
-from dsim.hardware.latency import LatencyModel
+from dsim.hardware.latency import LatencyModel, gpu_figures
 from dsim.inputs import recording
 from dsim.metrics import summarize
 from dsim.policies import parse_policy
@@ -200,6 +200,7 @@ def run_engine(
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
     summary["step_model"] = latency.describe()
+    summary.update(gpu_figures(spec.profile, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if policy.drafts else "none"
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
     if records.finished != n:  # every request ends unless the engine stalled

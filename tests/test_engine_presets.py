@@ -14,6 +14,7 @@ from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES, get_engine
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.latency import LatencyModel, read_profile
 from dsim.hardware.roofline import roofline_profile
+from dsim.run import RunSpec, simulate
 
 CTX = [2048]
 
@@ -247,3 +248,19 @@ def test_profile_show_names_the_engine(monkeypatch, capsys, tmp_path):
     assert code == 0
     code, stdout, _ = run_cli(monkeypatch, capsys, "profile", "show", str(out))
     assert code == 0 and "engine trtllm;" in stdout
+
+
+def test_run_summary_counts_gpus_from_the_profile(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "ds.csv"
+    args = ["profile", "--roofline", "h200", "--model", "deepseek-v3", "--tp", "8", "--ep", "8"]
+    code, _, _ = run_cli(monkeypatch, capsys, *args, "--dtype", "fp8", "--contexts", "2048",
+                         "--out", str(out))  # fmt: skip
+    assert code == 0
+    res = simulate(RunSpec(trace="synthetic:n=6", profile=str(out), policy="mtp1", replicas=2))
+    s = res.summary
+    assert s["gpus_per_replica"] == 8 and s["gpus_total"] == 16
+    assert s["throughput_tok_s_per_gpu"] == pytest.approx(s["throughput_tok_s"] / 16)
+    measured = simulate(
+        RunSpec(trace="synthetic:n=4", profile=str(ROOT / "profiles/cpu-smollm2-135m.csv"))
+    )
+    assert measured.summary["gpus_total"] is None

@@ -131,6 +131,20 @@ def engine_label(path: str | Path) -> str:
     return str(engine["name"]) + ("" if scale == 1 else f" x {scale:g}")
 
 
+def gpu_figures(path: str | Path, replicas: int, throughput_tok_s: float) -> dict[str, Any]:
+    """GPUs per replica (an estimate's sidecar says how many GPUs one step runs on), GPUs in
+    total and output throughput per GPU; None where the sidecar does not say (a measurement)."""
+    parallel = profile_metadata(path).get("parallel")
+    gpus = parallel.get("gpus") if isinstance(parallel, dict) else None
+    if not isinstance(gpus, int) or gpus < 1:
+        return {"gpus_per_replica": None, "gpus_total": None, "throughput_tok_s_per_gpu": None}
+    return {
+        "gpus_per_replica": gpus,
+        "gpus_total": gpus * replicas,
+        "throughput_tok_s_per_gpu": throughput_tok_s / (gpus * replicas),
+    }
+
+
 def write_profile(df: pd.DataFrame, path: str | Path, meta: dict[str, Any]) -> None:
     """Write the CSV and its JSON sidecar atomically."""
     path = Path(path)

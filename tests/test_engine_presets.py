@@ -177,11 +177,12 @@ def test_shipped_profiles_name_their_engine():
 
 
 def test_no_tracked_file_points_outside_the_repository():
+    shared = "sha" + "red"  # spelled in two parts so this file does not match itself
     files = subprocess.run(
-        ["git", "grep", "-l", "-e", "/work/shared", "-e", "../shared"],
+        ["git", "grep", "-l", "-e", f"/work/{shared}", "-e", f"../{shared}"],
         cwd=ROOT, capture_output=True, text=True,
     ).stdout.split()  # fmt: skip
-    assert [f for f in files if f != "tests/test_engine_presets.py"] == []
+    assert files == []
 
 
 def test_default_engine_is_faster_than_the_2023_engine_and_slower_than_gpu_work():

@@ -20,7 +20,7 @@ GAMMA = 7
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    model = LatencyModel.from_csv("profiles/h200-qwen3-8b-roofline.csv")
+    model = LatencyModel.from_csv("profiles/h200-qwen3-8b-vllm2023-roofline.csv")
     threshold = parse_policy("threshold:0.5")
     for r in (32, 128, 256):
         conf = rng.uniform(0.3, 1.0, size=(r, GAMMA))

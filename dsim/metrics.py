@@ -33,6 +33,20 @@ def mean_batch_size(steps: StepLog) -> float:
     return float((steps.num_running * steps.latency_s).sum() / busy) if busy else 0.0
 
 
+def pooled_itl(steps: StepLog, q: float) -> float:
+    """Percentile q of the gaps between consecutive output chunks pooled over all requests, as
+    `vllm bench serve` reports ITL: every request decoding in a step gets its next chunk at the
+    step's end, one step after its previous one, so each step's latency counts once per
+    decoding request."""
+    keep = steps.num_running > 0
+    if not keep.any():
+        return float("nan")
+    lat, weight = steps.latency_s[keep], steps.num_running[keep].astype(np.float64)
+    order = np.argsort(lat, kind="stable")
+    cum = np.cumsum(weight[order])
+    return float(lat[order][np.searchsorted(cum, q / 100 * cum[-1])])
+
+
 def summarize(
     requests: pd.DataFrame, steps: StepLog, policy: str, replicas: int = 1
 ) -> dict[str, float | int | str]:
@@ -57,6 +71,8 @@ def summarize(
         "ttft_p99_s": _pct(u["ttft_s"], 99),
         "tpot_p50_s": _pct(u["tpot_s"], 50),
         "tpot_p99_s": _pct(u["tpot_s"], 99),
+        "itl_p50_s": pooled_itl(steps, 50),
+        "itl_p99_s": pooled_itl(steps, 99),
         "accepted_length_mean": 1.0 + accepted / rounds if rounds else float("nan"),
         "verification_waste": (verified - accepted) / verified if verified else 0.0,
         "mean_verify_budget": 1.0 + verified / rounds if rounds else float("nan"),

@@ -19,6 +19,7 @@ from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepLog
 from dsim.errors import SimulationStuck
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
+from dsim.hardware.latency import gpu_figures
 from dsim.metrics import summarize
 from dsim.run_inputs import EngineInputs, resolve
 from dsim.run_spec import RunSpec
@@ -81,7 +82,11 @@ def run_engine(
     cluster = Cluster(
         env, inputs.topology, make_replica, workload.arrival_s, workload.prompt_tokens
     )
-    cluster.start(None if progress is None else (lambda done: progress(done, n)))
+    cluster.start(
+        None if progress is None else (lambda done: progress(done, n)),
+        workload.concurrency,
+        records,
+    )
     env.run()
     requests = records.table(workload)
     logs = cluster.step_logs()
@@ -90,6 +95,7 @@ def run_engine(
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
     summary["step_model"] = latency.describe()
+    summary.update(gpu_figures(inputs.profile.sidecar, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if inputs.policy.drafts else "none"
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
     if records.finished != n:  # every request ends unless the engine stalled

@@ -197,11 +197,11 @@ def _part(text: str, weight: float) -> AcceptancePart:
     return AcceptancePart(text, kind, rest, m["opts"], weight)
 
 
-def synthetic(text: str, defaults: dict[str, str], extra: tuple[str, ...]) -> dict[str, str]:
-    """`synthetic:k=v,...` -> the defaults updated with the given keys; a key that is neither a
-    default's nor in `extra` is refused."""
-    opts = {**defaults, **key_values(name_arg(text)[1], f"trace spec {text!r}")}
-    unknown = set(opts) - set(defaults) - set(extra)
+def synthetic(text: str, known: tuple[str, ...]) -> dict[str, str]:
+    """`synthetic:k=v,...` -> the keys given (the caller adds its defaults); a key not in
+    `known` is refused."""
+    given = key_values(name_arg(text)[1], f"trace spec {text!r}")
+    unknown = set(given) - set(known)
     if unknown:
         raise _fail(f"trace spec {text!r}: unknown key(s) {sorted(unknown)}")
-    return opts
+    return given

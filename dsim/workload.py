@@ -21,10 +21,11 @@ from dsim.tables import check_sorted, numeric_column, read_table, require_column
 
 @dataclass(frozen=True)
 class Workload:
-    arrival_s: np.ndarray
+    arrival_s: np.ndarray  # closed loop: the earliest send times (the client sends later)
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str
+    concurrency: int | None = None  # a closed-loop client: at most this many in flight
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -40,18 +41,27 @@ class Workload:
             self.prompt_tokens[keep],
             self.output_tokens[keep],
             self.source,
+            self.concurrency,
         )
 
     def scale_rate(self, factor: float) -> Workload:
         """factor 2 = twice the load: inter-arrival times divided by the factor."""
         check_number(factor, "rate scale", gt=0, where=self.source)
         return Workload(
-            self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source
+            self.arrival_s / factor,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.source,
+            self.concurrency,
         )
 
     def head(self, n: int) -> Workload:
         return Workload(
-            self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source
+            self.arrival_s[:n],
+            self.prompt_tokens[:n],
+            self.output_tokens[:n],
+            self.source,
+            self.concurrency,
         )
 
 
@@ -125,12 +135,17 @@ _SYNTH_DEFAULTS = {
 
 
 def synthetic(spec: str, seed: int) -> Workload:
-    """`synthetic:rate=4,cv=1,duration=600,prompt=1024,output=256,sigma=0.8[,n=N][,lengths=PATH]`.
+    """`synthetic:rate=4,cv=1,duration=600,prompt=1024,output=256,sigma=0.8[,n=N][,lengths=PATH]
+    [,concurrency=C]`.
 
     Arrivals are a renewal process with Gamma inter-arrival times (cv=1 is Poisson, cv>1 bursty);
     lengths are lognormal with the given means and log-sigma, or resampled from a trace file.
+    `concurrency=C` is a closed-loop client: at most C requests in flight, a new one sent when
+    one finishes; with `rate=` the renewal times are the earliest sends, without it every request
+    is due at 0 (then `n=` is required).
     """
-    opts = spec_grammar.synthetic(spec, _SYNTH_DEFAULTS, ("n", "lengths"))
+    given = spec_grammar.synthetic(spec, (*_SYNTH_DEFAULTS, "n", "lengths", "concurrency"))
+    opts = {**_SYNTH_DEFAULTS, **given}
     name = f"trace spec {spec!r}:"
     rate = spec_grammar.number(opts["rate"], f"{name} rate", gt=0)
     cv = spec_grammar.number(opts["cv"], f"{name} cv", ge=1e-3, le=100)
@@ -145,10 +160,19 @@ def synthetic(spec: str, seed: int) -> Workload:
         raise InputError(None, None, f"{name} rate x duration is more than {MAX_REQUESTS} requests")
     else:
         n = int(np.ceil(rate * duration * 1.5)) + 10
+    concurrency = None
+    if "concurrency" in opts:
+        concurrency = int(
+            spec_grammar.number(opts["concurrency"], f"{name} concurrency", integer=True, ge=1)
+        )
+        if "rate" not in given and "n" not in opts:
+            raise InputError(None, None, f"{name} concurrency without rate needs n=")
     rng = np.random.default_rng([seed, 0x5EED])
     shape = 1.0 / cv**2
     arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
     arrival -= arrival[0]
+    if concurrency is not None and "rate" not in given:
+        arrival = np.zeros(n)
     if "n" not in opts:
         arrival = arrival[arrival < duration]
     k = len(arrival)
@@ -161,7 +185,7 @@ def synthetic(spec: str, seed: int) -> Workload:
             np.maximum(1, np.round(rng.lognormal(np.log(m) - sigma**2 / 2, sigma, size=k)))
             for m in means
         )
-    return Workload(arrival, prompt.astype(np.int64), output.astype(np.int64), spec)
+    return Workload(arrival, prompt.astype(np.int64), output.astype(np.int64), spec, concurrency)
 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:

@@ -123,8 +123,7 @@ def test_draft_cost_ratio_round_trip(x):
     assert g.draft_cost("profiles/d.csv") == g.DraftCostSpec(profile="profiles/d.csv")
 
 
-def test_synthetic_merges_defaults_and_refuses_unknown_keys():
-    opts = g.synthetic("synthetic:rate=2,n=5", {"rate": "4", "cv": "1"}, ("n",))
-    assert opts == {"rate": "2", "cv": "1", "n": "5"}
+def test_synthetic_reads_the_given_keys_and_refuses_unknown_ones():
+    assert g.synthetic("synthetic:rate=2,n=5", ("rate", "cv", "n")) == {"rate": "2", "n": "5"}
     with pytest.raises(InputError, match=r"unknown key\(s\) \['zap'\]"):
-        g.synthetic("synthetic:zap=1", {"rate": "4"}, ())
+        g.synthetic("synthetic:zap=1", ("rate",))

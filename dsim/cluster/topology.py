@@ -20,7 +20,8 @@ import simpy
 from dsim import spec_grammar
 from dsim.cluster.disagg import KvLink, check_positive
 from dsim.cluster.router import LeastLoaded, Router, router_kind
-from dsim.cluster.source import arrivals
+from dsim.cluster.source import arrivals, closed_loop
+from dsim.engine.records import Records
 from dsim.engine.replica import Replica
 from dsim.engine.steplog import FIELDS, StepLog
 from dsim.errors import InputError
@@ -121,8 +122,19 @@ class Cluster:
     def _route(self, i: int) -> None:
         self.entry[self.entry_router.pick(self.entry)].arrive(i)
 
-    def start(self, progress: Callable[[int], None] | None) -> None:
-        self.env.process(arrivals(self.env, self.arrival_s, self._route))
+    def start(
+        self,
+        progress: Callable[[int], None] | None,
+        concurrency: int | None = None,
+        records: Records | None = None,
+    ) -> None:
+        """Start the arrival source (a closed-loop client when `concurrency` is set: it frees
+        a slot as `records` count a finish) and every replica."""
+        if concurrency is None:
+            self.env.process(arrivals(self.env, self.arrival_s, self._route))
+        else:
+            source = closed_loop(self.env, self.arrival_s, self._route, concurrency, records)
+            self.env.process(source)
         for replica in self.replicas:
             self.env.process(replica.process(self.env, progress))
 

@@ -3,6 +3,7 @@ replica holds the request (in a cluster every replica writes into the same recor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,14 @@ class Records:
     preemptions: np.ndarray
     replica: np.ndarray  # the replica that emitted the request's last token
     finished: int = 0
+    on_finish: Callable[[int, float], None] | None = None  # told (how many finished, when)
+    sent: np.ndarray | None = None  # closed loop: each request's send time (its arrival)
+
+    def count_finished(self, count: int, at: float) -> None:
+        """Count `count` requests finished at time `at`; tell the closed-loop client, if any."""
+        self.finished += count
+        if self.on_finish is not None:
+            self.on_finish(count, at)
 
     @classmethod
     def empty(cls, n: int) -> Records:
@@ -57,7 +66,7 @@ class Records:
         return pd.DataFrame(
             {
                 "request_id": np.arange(len(workload), dtype=np.int64),
-                "arrival_s": workload.arrival_s,
+                "arrival_s": workload.arrival_s if self.sent is None else self.sent,
                 "first_token_s": self.first_token,
                 "finish_s": self.finish,
                 "prompt_tokens": workload.prompt_tokens,

@@ -338,7 +338,7 @@ class Replica:
             ids = b[done, ID]
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index
-            self.rec.finished += len(ids)
+            self.rec.count_finished(len(ids), end)
             self._leave(done)
 
     def _commit_prefill(
@@ -370,7 +370,7 @@ class Replica:
                 self.work -= self._left(i)  # an end-of-sequence token drops the rest
             rec.finish[i] = end
             rec.replica[i] = self.index
-            rec.finished += 1
+            rec.count_finished(1, end)
 
     # -- the clock --------------------------------------------------------------------------
     def process(self, env: simpy.Environment, progress: Callable[[int], None] | None):

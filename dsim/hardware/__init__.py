@@ -1,3 +1,3 @@
 """Hardware load profiles: reading and the step-time model, GPU estimates calibrated on
 measured data (the model zoo, roofline, fits) and measurement. Imports only the shared
-helpers, except `commands`, which reaches real mode's ragged pass to measure CPU profiles."""
+helpers, except `commands`, which reaches `dsim.models`' ragged pass to measure CPU profiles."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from dsim.errors import InputError
 
-ACT_BYTES = 2  # activations and KV cache stay in bf16, also with 8-bit weights
+ACT_BYTES = 2  # activations stay in bf16, also with 8-bit weights (the KV cache: --kv-dtype)
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 
 
@@ -110,16 +110,23 @@ class Parallel:
     tp: int = 1
     ep: int = 1
     dtype: str = "bf16"
+    kv_dtype: str = "bf16"
 
     @property
     def weight_bytes(self) -> int:
         return WEIGHT_BYTES[self.dtype]
+
+    @property
+    def kv_bytes(self) -> int:
+        return WEIGHT_BYTES[self.kv_dtype]
 
 
 def check_parallel(arch: Arch, par: Parallel) -> None:
     """Reject splits vLLM cannot run, with one line naming the problem."""
     if par.dtype not in WEIGHT_BYTES:
         raise InputError(None, None, f"--dtype must be bf16 or fp8, got {par.dtype!r}")
+    if par.kv_dtype not in WEIGHT_BYTES:
+        raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {par.kv_dtype!r}")
     if par.tp < 1:
         raise InputError(None, None, f"--tp must be a positive integer, got {par.tp}")
     if par.ep < 1:
@@ -149,11 +156,12 @@ def kv_heads_per_gpu(arch: Arch, tp: int) -> int:
     return max(arch.kv_heads // tp, 1)
 
 
-def kv_bytes_per_token_layer(arch: Arch, tp: int) -> int:
-    """KV bytes one context token costs one GPU in one layer (MLA latent is replicated)."""
+def kv_bytes_per_token_layer(arch: Arch, tp: int, elem_bytes: int = ACT_BYTES) -> int:
+    """KV bytes one context token costs one GPU in one layer (MLA latent is replicated);
+    `elem_bytes` per cached element (2 for bf16, 1 for an fp8 KV cache)."""
     if arch.mla:
-        return arch.kv_elems_per_token_layer() * ACT_BYTES
-    return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * ACT_BYTES
+        return arch.kv_elems_per_token_layer() * elem_bytes
+    return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * elem_bytes
 
 
 def expected_experts(experts: int, top_k: int, tokens: np.ndarray) -> np.ndarray:

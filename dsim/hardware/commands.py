@@ -9,6 +9,9 @@ from pathlib import Path
 import typer
 
 from dsim.errors import InputError
+from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
+
+ENGINE_NAMES = ", ".join(ENGINES)
 
 SEQS = "1,4,16,64"
 TOKENS_PER_SEQ = "1,2,4,8"
@@ -45,8 +48,8 @@ def profile(
     ctx: typer.Context,
     model: str = typer.Option(
         "smollm2-135m",
-        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b; "
-        "--roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
+        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b, llama3.1-8b, "
+        "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
         "or a path to a Hugging Face config.json.",
     ),
     device: str = typer.Option("cpu", help="cpu or cuda."),
@@ -88,10 +91,19 @@ def profile(
     ep: int = typer.Option(
         1, help="With --roofline: expert-parallel GPUs (MoE; 1 or equal to --tp)."
     ),
+    engine: str = typer.Option(
+        None,
+        help=f"With --roofline: the serving engine whose step terms are added to the GPU work: "
+        f"{ENGINE_NAMES} (default {DEFAULT_ENGINE}: vLLM V1 with CUDA graphs; "
+        "profiles/README.md, Engine presets).",
+    ),
+    kv_dtype: str = typer.Option(
+        "bf16", help="With --roofline: KV-cache dtype, bf16 or fp8 (bytes read and held)."
+    ),
     overhead_scale: float = typer.Option(
         1.0,
-        help="With --roofline: multiply the fitted per-step overhead (vLLM 2023, eager mode) "
-        "by this; 0 keeps only GPU work.",
+        help="With --roofline: multiply the chosen engine's step terms by this; 0 keeps only "
+        "GPU work.",
     ),
     drafter: bool = typer.Option(
         False,
@@ -112,10 +124,16 @@ def profile(
         c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
         if drafter:
             raise InputError(None, None, "--drafter is not supported with --roofline")
-        options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale)
+        name = DEFAULT_ENGINE if engine is None else engine
+        options = dict(
+            tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, engine=name, kv_dtype=kv_dtype
+        )
         df = write_roofline(roofline, model, out, c, command=command, **options)
-        typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE)")
+        chosen = f"engine {name}" + (" (the default)" if engine is None else "")
+        typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
         return
+    if engine is not None:
+        raise InputError(None, None, "--engine goes with --roofline (a measurement has no preset)")
     from dsim.hardware.measure import Grid
 
     grid = Grid(
@@ -126,7 +144,7 @@ def profile(
         prefill_chunks=parse_ints(prefill_chunks, "--prefill-chunks") if prefill_chunks else (),
     )
     options = dict(repeats=repeats, warmup=warmup, threads=threads, drafter=drafter)
-    if device == "cpu":  # real mode's own pass (dsim.real.profile), in float32 as real mode
+    if device == "cpu":  # real mode's own pass (dsim.models.cpu_profile), float32 as real mode
         if dtype not in ("auto", "float32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
         from dsim.models.cpu_profile import profile_cpu

@@ -7,12 +7,13 @@ norms, rotary embedding, activation and residual adds cost `elem_kernel + bytes 
 * bandwidth)`; attention is the same soft roofline over the KV bytes read and its flops
 (MODELLED: no measured GPU attention data is available here); tensor parallelism adds two
 measured all-reduces per layer; the LM head runs on the tokens that need logits; a per-step
-overhead `step_layer * layers + step_seq * sequences` covers the serving framework's own work.
+overhead (an engine preset's terms per step, layer, MoE layer, sequence and sampled token) covers
+the serving engine's own work.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
@@ -69,10 +70,29 @@ class KernelFit:
 
 @dataclass(frozen=True)
 class StepOverhead:
-    """Per-step framework time fitted on end-to-end steps: per layer and per sequence."""
+    """A serving engine's own time per step, beyond the GPU work (an engine preset's terms,
+    `dsim/hardware/engines.py`): fixed per step, per layer, per MoE layer, per running
+    sequence and per sampled token (every verify token; the last token of a prefill prompt)."""
 
     per_layer_s: float
     per_seq_s: float
+    per_step_s: float = 0.0
+    per_moe_layer_s: float = 0.0
+    per_token_s: float = 0.0
+
+    def scaled(self, factor: float) -> StepOverhead:
+        """Every term times `factor` (`--overhead-scale`)."""
+        return StepOverhead(*(factor * v for v in astuple(self)))
+
+    def seconds(self, arch: Arch, seqs: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+        """The overhead of steps over `seqs` sequences sampling `sampled` tokens."""
+        fixed = (
+            self.per_step_s
+            + self.per_layer_s * arch.layers
+            + self.per_moe_layer_s * arch.moe_layers
+        )
+        r, n = np.asarray(seqs, np.float64), np.asarray(sampled, np.float64)
+        return fixed + self.per_seq_s * r + self.per_token_s * n
 
 
 class AllReduce:
@@ -185,7 +205,7 @@ def attention_time(
     """
     d_qk, d_v = arch.attn_dims()
     flops = 2.0 * pairs * (arch.heads // par.tp) * (d_qk + d_v)
-    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp)
+    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
     return linear_time(fit, gpu, flops, nbytes, gpu.flops)
 
 
@@ -240,7 +260,11 @@ def step_time(
     context: np.ndarray,
     prefill: np.ndarray,
 ) -> np.ndarray:
-    """Seconds of one step: the sum of `step_parts` plus the fitted per-step overhead."""
+    """Seconds of one step: the sum of `step_parts` plus the engine's step overhead."""
     parts = step_parts(arch, par, gpu, fit, allreduce, tokens, seqs, context, prefill)
-    framework = overhead.per_layer_s * arch.layers + overhead.per_seq_s * np.asarray(seqs)
-    return sum(parts.values()) + framework
+    return sum(parts.values()) + overhead.seconds(arch, seqs, sampled_tokens(tokens, seqs, prefill))
+
+
+def sampled_tokens(tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+    """Tokens a step samples: every verify token, the last token of each prefill prompt."""
+    return np.where(np.asarray(prefill, bool), np.asarray(seqs), np.asarray(tokens))

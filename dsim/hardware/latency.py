@@ -116,6 +116,35 @@ def profile_metadata(path: str | Path) -> dict[str, Any]:
     return read_json_object(side, "profile sidecar")
 
 
+def engine_label(path: str | Path) -> str:
+    """Which engine a profile's steps belong to, from its sidecar: an estimate's preset (with
+    its overhead scale when not 1), "measured" for a measurement, "" without a sidecar."""
+    meta = profile_metadata(path)
+    if not meta:
+        return ""
+    if not meta.get("estimate"):
+        return "measured"
+    engine = meta.get("engine")
+    if not isinstance(engine, dict) or "name" not in engine:
+        return "not recorded"
+    scale = engine.get("overhead_scale", 1.0)
+    return str(engine["name"]) + ("" if scale == 1 else f" x {scale:g}")
+
+
+def gpu_figures(sidecar: dict[str, Any], replicas: int, throughput_tok_s: float) -> dict[str, Any]:
+    """GPUs per replica (an estimate's sidecar says how many GPUs one step runs on), GPUs in
+    total and output throughput per GPU; None where the sidecar does not say (a measurement)."""
+    parallel = sidecar.get("parallel")
+    gpus = parallel.get("gpus") if isinstance(parallel, dict) else None
+    if not isinstance(gpus, int) or gpus < 1:
+        return {"gpus_per_replica": None, "gpus_total": None, "throughput_tok_s_per_gpu": None}
+    return {
+        "gpus_per_replica": gpus,
+        "gpus_total": gpus * replicas,
+        "throughput_tok_s_per_gpu": throughput_tok_s / (gpus * replicas),
+    }
+
+
 def write_profile(df: pd.DataFrame, path: str | Path, meta: dict[str, Any]) -> None:
     """Write the CSV and its JSON sidecar atomically."""
     path = Path(path)
@@ -382,8 +411,9 @@ class LatencyModel:
     """Target step latency in seconds from a profile: verify, prefill and mixed steps (module
     doc). The engine charges every step through `step`; checks read `latency` (verify only)."""
 
-    def __init__(self, df: pd.DataFrame, name: str = "profile") -> None:
+    def __init__(self, df: pd.DataFrame, name: str = "profile", engine: str = "") -> None:
         self.name = name
+        self.engine = engine
         if "phase" not in df:
             df = df.assign(phase="verify")
         if "num_seqs" in df:
@@ -407,7 +437,7 @@ class LatencyModel:
 
     @classmethod
     def from_csv(cls, path: str | Path) -> LatencyModel:
-        return cls(read_profile(path), name=Path(path).stem)
+        return cls(read_profile(path), name=Path(path).stem, engine=engine_label(path))
 
     def latency(self, batch_tokens: Any, num_seqs: int = 1, context_len: float = 0.0) -> Any:
         """Seconds for a verify step of B tokens over R sequences with mean context C; B may be
@@ -470,7 +500,8 @@ class LatencyModel:
         """One line for run summaries and `dsim profile show`."""
         v = self.verify.report()
         prefill = "own prefill rows" if self.has_prefill else "prefill priced as verify"
+        engine = f"engine {self.engine}; " if self.engine else ""
         return (
-            f"{self.name}: {self.r_note}; {prefill}; fit |error| median "
+            f"{self.name}: {engine}{self.r_note}; {prefill}; fit |error| median "
             f"{v['fit_median_abs_error']:.1%}, worst {v['fit_worst_abs_error']:.1%}"
         )

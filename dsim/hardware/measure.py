@@ -6,7 +6,7 @@ sequence, the cache real-model mode uses. A verify point is R sequences each ver
 (B = R*q) on top of that context, a prefill point R sequences each prefilling a chunk that ends
 at the context; after each step the cache is cropped back, so every repeat sees the same
 context. This is the GPU path (`--device cuda`); on the CPU `dsim profile` times real mode's
-own pass instead (`dsim.real.profile`). The step timer is injectable (CUDA events on GPU).
+own pass instead (`dsim.models.cpu_profile`). The step timer is injectable (CUDA events on GPU).
 """
 
 from __future__ import annotations

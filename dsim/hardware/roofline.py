@@ -1,33 +1,37 @@
 """Calibrated GPU estimate of the target step latency, written as a profile (docs/design.md,
 The step-time model).
 
-`dsim profile --roofline GPU --model M [--tp N] [--ep N] [--dtype bf16|fp8]` prices a grid of
-verify steps (B = R * t tokens over R sequences, t = 1..8, each with KV context C) and prefill
-steps (P tokens over S prompts, chunks ending at context C) with `gpu_model.step_time`, using
-operator efficiencies fitted on measured GPU data and a per-step overhead fitted on measured
-end-to-end steps (`gpu_fit`). It is an estimate: a measured profile wins.
+`dsim profile --roofline GPU --model M [--tp N] [--ep N] [--dtype bf16|fp8] [--engine E]` prices
+a grid of verify steps (B = R * t tokens over R sequences, t = 1..8, each with KV context C) and
+prefill steps (P tokens over S prompts, chunks ending at context C) with `gpu_model.step_time`,
+using operator efficiencies fitted on measured GPU data (`gpu_fit`) and the step terms of an
+engine preset fitted on published end-to-end runs of that engine (`engines`, `engine_fit`). It
+is an estimate: a measured profile wins.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.hardware import gpu_fit, zoo
+from dsim.hardware import engine_fit, gpu_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
-from dsim.hardware.gpu_model import StepOverhead, get_gpu, step_parts, step_time
+from dsim.hardware.engines import DEFAULT_ENGINE, get_engine
+from dsim.hardware.gpu_model import get_gpu, sampled_tokens, step_parts, step_time
 from dsim.hardware.latency import write_profile
 
 FORMULA = (
     "step = sum over layers [linear ops: kernel + (t_c^p + t_m^p)^(1/p); elementwise ops: "
     "elem_kernel + bytes/(elem_bw_frac*W); attention (modelled): same soft roofline over KV "
     "bytes and score/value flops; 2 all-reduces of B*hidden*2 bytes (measured NCCL table)] + "
-    "LM head on the tokens needing logits + overhead_scale * (per_layer_s*layers + "
-    "per_seq_s*R); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W)"
+    "LM head on the tokens needing logits + overhead_scale * engine terms (per_step_s + "
+    "per_layer_s*layers + per_moe_layer_s*moe_layers + per_seq_s*R + per_token_s*sampled "
+    "tokens); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W)"
 )
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
 SEQS = tuple(2**i for i in range(10))  # 1..512
@@ -43,6 +47,8 @@ BREAKDOWN = (
     ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
 )
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights + KV cache
 
 
 def grid(contexts: tuple[int, ...] | list[int] = CONTEXTS) -> pd.DataFrame:
@@ -70,6 +76,13 @@ def parse_dtype(dtype: str) -> str:
         ) from None
 
 
+def parse_kv_dtype(kv_dtype: str) -> str:
+    try:
+        return KV_DTYPES[kv_dtype.lower()]
+    except KeyError:
+        raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {kv_dtype!r}") from None
+
+
 def roofline_profile(
     gpu: str,
     model: str,
@@ -78,18 +91,31 @@ def roofline_profile(
     ep: int = 1,
     dtype: str = "bf16",
     overhead_scale: float = 1.0,
+    engine: str = DEFAULT_ENGINE,
+    kv_dtype: str = "bf16",
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
+    preset = get_engine(engine)
     spec = get_gpu(gpu)
     arch = zoo.load_arch(model)
-    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype))
+    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
     check_parallel(arch, par)
-    if overhead_scale < 0:
+    weights = weight_bytes_per_gpu(arch, par)
+    kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
+    if weights >= usable:
+        raise InputError(
+            None,
+            None,
+            f"{model}'s weights need {weights / 1e9:.1f} GB per GPU, more than the "
+            f"{usable / 1e9:.1f} GB a serving engine may use of {gpu.lower()}'s "
+            f"{spec.memory_bytes / 1e9:.0f} GB (gpu_memory_utilization {GPU_MEMORY_UTILIZATION}): "
+            "raise --tp or use --dtype fp8",
+        )
+    if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
         raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
     cal = gpu_fit.calibration(spec)
-    overhead = StepOverhead(
-        cal.overhead.per_layer_s * overhead_scale, cal.overhead.per_seq_s * overhead_scale
-    )
+    overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
     seconds = step_time(
         arch,
@@ -106,7 +132,7 @@ def roofline_profile(
     df["latency_ms"] = seconds * 1e3
     label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
     parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
-    parts["step_overhead"] = overhead.per_layer_s * arch.layers + overhead.per_seq_s * r
+    parts["step_overhead"] = overhead.seconds(arch, r, sampled_tokens(n, r, pre))
     breakdown = {
         str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
         for i, name in enumerate(label)
@@ -124,8 +150,6 @@ def roofline_profile(
             "dtype",
         ]
     ]
-    weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.layers * kv_bytes_per_token_layer(arch, tp)
     over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))
     total, active = arch.param_counts()
     meta = {
@@ -151,9 +175,22 @@ def roofline_profile(
         "parallel": {"tp": tp, "ep": ep, "dtype": par.dtype, "gpus": tp},
         "weight_bytes_per_gpu": weights,
         "kv_bytes_per_token_per_gpu": kv,
+        "memory": {
+            "gpu_memory_bytes": spec.memory_bytes,
+            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+            "weight_bytes_per_gpu": weights,
+            "kv_dtype": par.kv_dtype,
+            "kv_bytes_per_token_per_gpu": kv,
+            "kv_capacity_tokens": int((usable - weights) // kv),
+            "note": "KV capacity = (gpu_memory_utilization x memory - weights) / KV bytes per "
+            "token, as vLLM sizes its cache; activations and CUDA graphs' memory are not "
+            "subtracted, so it is an upper bound",
+        },
         "overhead_scale": overhead_scale,
+        "engine": preset.record(overhead_scale),
         "breakdown_ms": breakdown,
         "calibration": gpu_fit.record(),
+        "engine_fit": engine_fit.record(),
         "grid": {
             "verify": "num_seqs R in 1..512 (powers of 2) x 1..8 tokens each x context_len",
             "prefill": "batch_tokens P over num_seqs prompts, chunks of P/num_seqs ending at "

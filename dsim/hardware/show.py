@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dsim.fileio import write_with
-from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
+from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
 
 KNEE_RATIO = 1.2
 
@@ -115,7 +115,7 @@ def show_profile(path: str | Path, out: str | Path | None = None) -> Path:
     """Print the profile table and write the PNG (default: beside the CSV); returns the PNG."""
     path = Path(path)
     df = read_profile(path)
-    model = LatencyModel(df, name=path.stem)
+    model = LatencyModel(df, name=path.stem, engine=engine_label(path))
     meta = profile_metadata(path)
     Console().print(render_table(path, df, meta, model))
     png = Path(out) if out is not None else path.with_suffix(".png")

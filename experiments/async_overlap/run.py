@@ -19,7 +19,7 @@ from dsim.fileio import write_with
 from dsim.run import RunSpec, simulate
 
 DIR = Path(__file__).resolve().parent
-BASE = RunSpec(window="0:300")
+BASE = RunSpec(window="0:300", profile="profiles/h200-qwen3-8b-vllm2023-roofline.csv")
 SEEDS = (0, 1, 2)
 LOADS = (1.0, 4.0, 8.0)  # --rate-scale
 ARMS = (("dspark", "0"), ("dspark", "auto"), ("dspark", "auto:3"), ("dspark-async", "auto"))

@@ -43,7 +43,12 @@ DOMAINS = {
     },
 }
 SEEDS = [0, 1, 2]
-BASE = dict(rate_scale=8.0, max_requests=1000, gamma=7)
+BASE = dict(
+    rate_scale=8.0,
+    max_requests=1000,
+    gamma=7,
+    profile="profiles/h200-qwen3-8b-vllm2023-roofline.csv",
+)
 COLUMNS = [
     "tps_p50",
     "throughput_tok_s",

@@ -73,7 +73,7 @@ def ints(text: str, option: str, minimum: int = 1) -> tuple[int, ...]:
         except ValueError:
             value = minimum - 1
         if value < minimum:
-            kind = "positive" if minimum == 1 else f">= {minimum}"
+            kind = {1: "positive", 0: "non-negative"}.get(minimum, f">= {minimum}")
             raise _fail(f"{option}: {item!r} is not a {kind} integer")
         values.append(value)
     return tuple(values)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import typer
 
+from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
+from dsim.models.target import SMOLLM2
 
 ENGINE_NAMES = ", ".join(ENGINES)
 
@@ -28,89 +30,114 @@ profile_app = typer.Typer(
 
 
 def parse_ints(text: str, option: str, allow_zero: bool = False) -> tuple[int, ...]:
-    """A comma-separated list of positive (or non-negative) integers."""
-    values = []
-    for item in text.split(","):
-        item = item.strip()
-        try:
-            value = int(item)
-        except ValueError:
-            value = -1
-        if value < 0 or (value == 0 and not allow_zero):
-            kind = "non-negative" if allow_zero else "positive"
-            raise InputError(None, None, f"{option}: {item!r} is not a {kind} integer")
-        values.append(value)
-    return tuple(sorted(set(values)))
+    """A comma-separated list of positive (or non-negative) integers, sorted, each once."""
+    return tuple(sorted(set(spec_grammar.ints(text, option, minimum=0 if allow_zero else 1))))
+
+
+MEASURE, ESTIMATE = "Measurement", "Estimate (--roofline)"
+MODEL = typer.Option(
+    SMOLLM2,
+    help=f"Zoo name ({SMOLLM2}, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b, llama3.1-8b, "
+    "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
+    "or a path to a Hugging Face config.json.",
+)
+DEVICE = typer.Option("cpu", help="cpu or cuda.", rich_help_panel=MEASURE)
+DTYPE = typer.Option(
+    "auto",
+    help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16; "
+    "with --roofline: bf16 (auto) or fp8 (8-bit weights).",
+)
+SEQS_OPT = typer.Option(
+    SEQS, help="Sequence counts R to measure (verify rows).", rich_help_panel=MEASURE
+)
+TOKENS_OPT = typer.Option(
+    TOKENS_PER_SEQ,
+    help="Tokens per sequence q (verify rows: B = R*q for every R and q).",
+    rich_help_panel=MEASURE,
+)
+CONTEXTS_OPT = typer.Option(
+    None,
+    help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
+    "roofline: 512,1024,2048,4096,8192,16384).",
+)
+PREFILL_SEQS_OPT = typer.Option(
+    PREFILL_SEQS,
+    help="Prefilling sequences of the prefill rows ('' for none).",
+    rich_help_panel=MEASURE,
+)
+PREFILL_CHUNKS_OPT = typer.Option(
+    PREFILL_CHUNKS,
+    help="Prefill tokens per sequence of the prefill rows ('' for none).",
+    rich_help_panel=MEASURE,
+)
+REPEATS = typer.Option(5, help="Timed steps per point (median, p10, p90).", rich_help_panel=MEASURE)
+WARMUP = typer.Option(2, help="Untimed steps per point before timing.", rich_help_panel=MEASURE)
+THREADS = typer.Option(
+    None, help="torch CPU threads (default: torch's choice).", rich_help_panel=MEASURE
+)
+TIMER = typer.Option(
+    None,
+    help="--device cpu: wall (wall time, default) or cpu (the thread's CPU time, 1 thread: "
+    "for a machine shared with other load); --device cuda: events (elapsed time, default) "
+    "or kernels (the kernels' summed durations: GPU work with launch gaps hidden).",
+    rich_help_panel=MEASURE,
+)
+ROOFLINE = typer.Option(
+    None,
+    help="Estimate for this GPU (h100, h200, a100) instead of measuring: calibrated on "
+    "measured operator and end-to-end GPU data (profiles/README.md).",
+    rich_help_panel=ESTIMATE,
+)
+TP = typer.Option(1, help="Tensor-parallel GPUs per replica.", rich_help_panel=ESTIMATE)
+EP = typer.Option(
+    1, help="Expert-parallel GPUs (MoE; 1 or equal to --tp).", rich_help_panel=ESTIMATE
+)
+ENGINE = typer.Option(
+    None,
+    help=f"The serving engine whose step terms are added to the GPU work: {ENGINE_NAMES} "
+    f"(default {DEFAULT_ENGINE}: vLLM V1 with CUDA graphs; profiles/README.md, Engine presets).",
+    rich_help_panel=ESTIMATE,
+)
+KV_DTYPE = typer.Option(
+    "bf16", help="KV-cache dtype, bf16 or fp8 (bytes read and held).", rich_help_panel=ESTIMATE
+)
+OVERHEAD_SCALE = typer.Option(
+    1.0,
+    help="Multiply the chosen engine's step terms by this; 0 keeps only GPU work.",
+    rich_help_panel=ESTIMATE,
+)
+DRAFTER = typer.Option(
+    False,
+    help="Profile a drafter stand-in (one layer of the target's width): rows price one "
+    "drafter pass, usable as --draft-cost CSV.",
+    rich_help_panel=MEASURE,
+)
+OUT = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it).")
 
 
 @profile_app.callback()
 def profile(
     ctx: typer.Context,
-    model: str = typer.Option(
-        "smollm2-135m",
-        help="Zoo name (smollm2-135m, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b, llama3.1-8b, "
-        "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
-        "or a path to a Hugging Face config.json.",
-    ),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str = typer.Option(
-        "auto",
-        help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16; "
-        "with --roofline: bf16 (auto) or fp8 (8-bit weights).",
-    ),
-    seqs: str = typer.Option(SEQS, help="Sequence counts R to measure (verify rows)."),
-    tokens_per_seq: str = typer.Option(
-        TOKENS_PER_SEQ, help="Tokens per sequence q (verify rows: B = R*q for every R and q)."
-    ),
-    contexts: str = typer.Option(
-        None,
-        help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
-        "roofline: 512,1024,2048,4096,8192,16384).",
-    ),
-    prefill_seqs: str = typer.Option(
-        PREFILL_SEQS, help="Prefilling sequences of the prefill rows ('' for none)."
-    ),
-    prefill_chunks: str = typer.Option(
-        PREFILL_CHUNKS, help="Prefill tokens per sequence of the prefill rows ('' for none)."
-    ),
-    repeats: int = typer.Option(5, help="Timed steps per point (median, p10, p90)."),
-    warmup: int = typer.Option(2, help="Untimed steps per point before timing."),
-    threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
-    timer: str = typer.Option(
-        None,
-        help="--device cpu: wall (wall time, default) or cpu (the thread's CPU time, 1 thread: "
-        "for a machine shared with other load); --device cuda: events (elapsed time, default) "
-        "or kernels (the kernels' summed durations: GPU work with launch gaps hidden).",
-    ),
-    roofline: str = typer.Option(
-        None,
-        help="Estimate for this GPU (h100, h200, a100) instead of measuring: calibrated on "
-        "measured operator and end-to-end GPU data (profiles/README.md).",
-    ),
-    tp: int = typer.Option(1, help="With --roofline: tensor-parallel GPUs per replica."),
-    ep: int = typer.Option(
-        1, help="With --roofline: expert-parallel GPUs (MoE; 1 or equal to --tp)."
-    ),
-    engine: str = typer.Option(
-        None,
-        help=f"With --roofline: the serving engine whose step terms are added to the GPU work: "
-        f"{ENGINE_NAMES} (default {DEFAULT_ENGINE}: vLLM V1 with CUDA graphs; "
-        "profiles/README.md, Engine presets).",
-    ),
-    kv_dtype: str = typer.Option(
-        "bf16", help="With --roofline: KV-cache dtype, bf16 or fp8 (bytes read and held)."
-    ),
-    overhead_scale: float = typer.Option(
-        1.0,
-        help="With --roofline: multiply the chosen engine's step terms by this; 0 keeps only "
-        "GPU work.",
-    ),
-    drafter: bool = typer.Option(
-        False,
-        help="Profile a drafter stand-in (one layer of the target's width): rows price one "
-        "drafter pass, usable as --draft-cost CSV.",
-    ),
-    out: Path = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it)."),
+    model: str = MODEL,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    seqs: str = SEQS_OPT,
+    tokens_per_seq: str = TOKENS_OPT,
+    contexts: str = CONTEXTS_OPT,
+    prefill_seqs: str = PREFILL_SEQS_OPT,
+    prefill_chunks: str = PREFILL_CHUNKS_OPT,
+    repeats: int = REPEATS,
+    warmup: int = WARMUP,
+    threads: int = THREADS,
+    timer: str = TIMER,
+    roofline: str = ROOFLINE,
+    tp: int = TP,
+    ep: int = EP,
+    engine: str = ENGINE,
+    kv_dtype: str = KV_DTYPE,
+    overhead_scale: float = OVERHEAD_SCALE,
+    drafter: bool = DRAFTER,
+    out: Path = OUT,
 ) -> None:
     """Measure a profile (or estimate it with --roofline) and write CSV + JSON sidecar."""
     if ctx.invoked_subcommand is not None:
@@ -119,18 +146,10 @@ def profile(
         raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
-        from dsim.hardware.roofline import CONTEXTS, write_roofline
-
-        c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
         if drafter:
             raise InputError(None, None, "--drafter is not supported with --roofline")
-        name = DEFAULT_ENGINE if engine is None else engine
-        options = dict(
-            tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, engine=name, kv_dtype=kv_dtype
-        )
-        df = write_roofline(roofline, model, out, c, command=command, **options)
-        chosen = f"engine {name}" + (" (the default)" if engine is None else "")
-        typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
+        options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, kv_dtype=kv_dtype)
+        _estimate(roofline, model, contexts, engine, out, command, options)
         return
     if engine is not None:
         raise InputError(None, None, "--engine goes with --roofline (a measurement has no preset)")
@@ -144,6 +163,28 @@ def profile(
         prefill_chunks=parse_ints(prefill_chunks, "--prefill-chunks") if prefill_chunks else (),
     )
     options = dict(repeats=repeats, warmup=warmup, threads=threads, drafter=drafter)
+    _measure(model, grid, device, dtype, timer, out, command, options)
+
+
+def _estimate(
+    gpu: str, model: str, contexts: str | None, engine: str | None, out: Path, command: str,
+    options: dict,
+) -> None:  # fmt: skip
+    """`--roofline GPU`: write the calibrated estimate under `engine` (the default if None)."""
+    from dsim.hardware.roofline import CONTEXTS, write_roofline
+
+    c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
+    name = DEFAULT_ENGINE if engine is None else engine
+    df = write_roofline(gpu, model, out, c, command=command, engine=name, **options)
+    chosen = f"engine {name}" + (" (the default)" if engine is None else "")
+    typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
+
+
+def _measure(
+    model: str, grid, device: str, dtype: str, timer: str | None, out: Path, command: str,
+    options: dict,
+) -> None:  # fmt: skip
+    """Time real forward passes: on CPU real mode's own pass in float32, on CUDA the HF model."""
     if device == "cpu":  # real mode's own pass (dsim.models.cpu_profile), float32 as real mode
         if dtype not in ("auto", "float32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")

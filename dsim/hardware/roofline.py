@@ -83,6 +83,76 @@ def parse_kv_dtype(kv_dtype: str) -> str:
         raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {kv_dtype!r}") from None
 
 
+COLUMNS = (
+    "batch_tokens",
+    "num_seqs",
+    "context_len",
+    "latency_ms",
+    "phase",
+    "device",
+    "model",
+    "dtype",
+)
+
+
+def _check_weights_fit(model: str, gpu: str, spec, weights: float) -> None:
+    """Refuse a model whose weights leave no room in what a serving engine may use of a GPU."""
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
+    if weights >= usable:
+        raise InputError(
+            None,
+            None,
+            f"{model}'s weights need {weights / 1e9:.1f} GB per GPU, more than the "
+            f"{usable / 1e9:.1f} GB a serving engine may use of {gpu.lower()}'s "
+            f"{spec.memory_bytes / 1e9:.0f} GB (gpu_memory_utilization {GPU_MEMORY_UTILIZATION}): "
+            "raise --tp or use --dtype fp8",
+        )
+
+
+def _breakdown(arch, par: Parallel, spec, cal, overhead) -> dict[str, dict[str, float]]:
+    """Milliseconds of each part of the step at the named BREAKDOWN points (the sidecar's)."""
+    label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
+    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
+    parts["step_overhead"] = overhead.seconds(arch, r, sampled_tokens(n, r, pre))
+    return {
+        str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
+        for i, name in enumerate(label)
+    }
+
+
+def _gpu_record(gpu: str, spec) -> dict:
+    """The sidecar's GPU figures and, for the H200, how it borrows the H100's calibration."""
+    return {
+        "gpu_figures": {
+            "peak_bf16_flops": spec.flops,
+            "peak_fp8_flops": spec.flops_fp8,
+            "hbm_bytes_per_s": spec.bandwidth,
+            "memory_bytes": spec.memory_bytes,
+            "calibrated_on": spec.calibration,
+        },
+        "transfer": "h200 uses h100's fitted operator efficiencies and all-reduce table (same "
+        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB) differ"
+        if gpu.lower() == "h200"
+        else "",
+    }
+
+
+def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
+    """Weights, KV bytes and the KV capacity a serving engine would size (the sidecar's)."""
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
+    return {
+        "gpu_memory_bytes": spec.memory_bytes,
+        "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+        "weight_bytes_per_gpu": weights,
+        "kv_dtype": par.kv_dtype,
+        "kv_bytes_per_token_per_gpu": kv,
+        "kv_capacity_tokens": int((usable - weights) // kv),
+        "note": "KV capacity = (gpu_memory_utilization x memory - weights) / KV bytes per "
+        "token, as vLLM sizes its cache; activations and CUDA graphs' memory are not "
+        "subtracted, so it is an upper bound",
+    }
+
+
 def roofline_profile(
     gpu: str,
     model: str,
@@ -102,16 +172,7 @@ def roofline_profile(
     check_parallel(arch, par)
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
-    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
-    if weights >= usable:
-        raise InputError(
-            None,
-            None,
-            f"{model}'s weights need {weights / 1e9:.1f} GB per GPU, more than the "
-            f"{usable / 1e9:.1f} GB a serving engine may use of {gpu.lower()}'s "
-            f"{spec.memory_bytes / 1e9:.0f} GB (gpu_memory_utilization {GPU_MEMORY_UTILIZATION}): "
-            "raise --tp or use --dtype fp8",
-        )
+    _check_weights_fit(model, gpu, spec, weights)
     if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
         raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
     cal = gpu_fit.calibration(spec)
@@ -130,26 +191,9 @@ def roofline_profile(
         (df["phase"] == "prefill").to_numpy(),
     )
     df["latency_ms"] = seconds * 1e3
-    label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
-    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
-    parts["step_overhead"] = overhead.seconds(arch, r, sampled_tokens(n, r, pre))
-    breakdown = {
-        str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
-        for i, name in enumerate(label)
-    }
+    breakdown = _breakdown(arch, par, spec, cal, overhead)
     device = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
-    df = df.assign(device=device, model=model, dtype=par.dtype)[
-        [
-            "batch_tokens",
-            "num_seqs",
-            "context_len",
-            "latency_ms",
-            "phase",
-            "device",
-            "model",
-            "dtype",
-        ]
-    ]
+    df = df.assign(device=device, model=model, dtype=par.dtype)[list(COLUMNS)]
     over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))
     total, active = arch.param_counts()
     meta = {
@@ -157,17 +201,7 @@ def roofline_profile(
         "method": "calibrated GPU step-time model (docs/design.md, The step-time model)",
         "formula": FORMULA,
         "gpu": gpu.lower(),
-        "gpu_figures": {
-            "peak_bf16_flops": spec.flops,
-            "peak_fp8_flops": spec.flops_fp8,
-            "hbm_bytes_per_s": spec.bandwidth,
-            "memory_bytes": spec.memory_bytes,
-            "calibrated_on": spec.calibration,
-        },
-        "transfer": "h200 uses h100's fitted operator efficiencies and all-reduce table (same "
-        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB) differ"
-        if gpu.lower() == "h200"
-        else "",
+        **_gpu_record(gpu, spec),
         "model": model,
         "architecture": arch.describe(),
         "params_total": total,
@@ -175,17 +209,7 @@ def roofline_profile(
         "parallel": {"tp": tp, "ep": ep, "dtype": par.dtype, "gpus": tp},
         "weight_bytes_per_gpu": weights,
         "kv_bytes_per_token_per_gpu": kv,
-        "memory": {
-            "gpu_memory_bytes": spec.memory_bytes,
-            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
-            "weight_bytes_per_gpu": weights,
-            "kv_dtype": par.kv_dtype,
-            "kv_bytes_per_token_per_gpu": kv,
-            "kv_capacity_tokens": int((usable - weights) // kv),
-            "note": "KV capacity = (gpu_memory_utilization x memory - weights) / KV bytes per "
-            "token, as vLLM sizes its cache; activations and CUDA graphs' memory are not "
-            "subtracted, so it is an upper bound",
-        },
+        "memory": _memory_record(spec, par, weights, kv),
         "overhead_scale": overhead_scale,
         "engine": preset.record(overhead_scale),
         "breakdown_ms": breakdown,

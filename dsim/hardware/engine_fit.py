@@ -213,18 +213,6 @@ def presets() -> dict[str, StepOverhead]:
     return fit_presets(fit_rows())
 
 
-def _summary(err: np.ndarray) -> dict:
-    if err.size == 0:
-        return {"n": 0}
-    a = np.abs(err)
-    return {
-        "n": int(a.size),
-        "median_abs_error": float(np.median(a)),
-        "max_abs_error": float(a.max()),
-        "mean_signed_error": float(err.mean()),
-    }
-
-
 @cache
 def loso() -> dict:
     """Leave-one-source-out: each fold's rows predicted by presets refitted without them."""
@@ -245,7 +233,7 @@ def loso() -> dict:
             pos = held.index.get_indexer(idx)
             pred[pos] = predict(held.loc[idx], refit[name])
         err = pred / held["measured_s"].to_numpy() - 1.0
-        folds[fold] = _summary(err) | {
+        folds[fold] = gpu_fit.error_summary(err) | {
             "predicted_from": "shared terms (fold empties " + ", ".join(empties) + ")"
             if empties
             else "the engine's own refit",
@@ -255,8 +243,8 @@ def loso() -> dict:
     table = pd.concat(per_row)
     gpu_err = (rows["gpu_s"] + rows["prefill_s"]) / rows["measured_s"] - 1.0
     setups = {
-        setup: _summary(part["error"].to_numpy())
-        | {"gpu_only": _summary(gpu_err[part.index].to_numpy())}
+        setup: gpu_fit.error_summary(part["error"].to_numpy())
+        | {"gpu_only": gpu_fit.error_summary(gpu_err[part.index].to_numpy())}
         for setup, part in table.groupby("setup")
     }
     cols = ["row", "setup", "fold", "metric", "seqs", "context", "measured_s", "gpu_s"]
@@ -264,7 +252,7 @@ def loso() -> dict:
     return {
         "folds": folds,
         "setups": setups,
-        "all": _summary(table["error"].to_numpy()),
+        "all": gpu_fit.error_summary(table["error"].to_numpy()),
         "rows": table[cols].round(6).to_dict("records"),
     }
 

@@ -167,7 +167,7 @@ def allreduce_errors(gpu: str) -> dict:
     for workers, part in allreduce_medians(gpu).groupby(level=0):
         size = part.index.get_level_values(1).to_numpy(np.float64)
         err = table.time(size, int(workers)) / part.to_numpy() - 1.0
-        out[str(workers)] = _summary(err)
+        out[str(workers)] = error_summary(err)
     return out
 
 
@@ -266,7 +266,10 @@ FOLDS = {
 }
 
 
-def _summary(err: np.ndarray) -> dict:
+def error_summary(err: np.ndarray) -> dict:
+    """Count, median and max |relative error| and mean signed error of a fit's held-out rows."""
+    if err.size == 0:
+        return {"n": 0}
     a = np.abs(err)
     return {
         "n": int(a.size),
@@ -289,10 +292,10 @@ def evaluation() -> dict:
         folds[name] = {"overhead": asdict(overhead)}
         for phase in ("decode", "prefill"):
             sel = (held["phase"] == phase).to_numpy()
-            folds[name][phase] = _summary(err[sel])
+            folds[name][phase] = error_summary(err[sel])
             pooled[phase].append(err[sel])
-    overall = {phase: _summary(np.concatenate(e)) for phase, e in pooled.items()}
-    overall["all"] = _summary(np.concatenate(pooled["decode"] + pooled["prefill"]))
+    overall = {phase: error_summary(np.concatenate(e)) for phase, e in pooled.items()}
+    overall["all"] = error_summary(np.concatenate(pooled["decode"] + pooled["prefill"]))
     return {"folds": folds, "held_out": overall}
 
 

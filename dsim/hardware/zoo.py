@@ -92,29 +92,6 @@ ZOO: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
     ),
-    # meta-llama/Llama-3.1-8B: llama3-8b's shapes with the 128k-context RoPE scaling (the
-    # estimate reads shapes only, so it prices the two alike).
-    "llama3.1-8b": dict(
-        model_type="llama",
-        hidden_size=4096,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=14336,
-        vocab_size=128256,
-        max_position_embeddings=131072,
-        rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=8.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-    ),
     # Estimate-only entries (MoE, MLA, and the two models of the end-to-end calibration data).
     # Fields as in each model's published Hugging Face config.json:
     # Qwen/Qwen3-30B-A3B (30.5B total, 3.3B active), deepseek-ai/DeepSeek-V3 (671B total,
@@ -191,6 +168,19 @@ ZOO: dict[str, dict[str, Any]] = {
         n_head=112,
         vocab_size=250880,
         tie_word_embeddings=True,
+    ),
+}
+# meta-llama/Llama-3.1-8B: llama3-8b's shapes with the 128k-context RoPE scaling (the
+# estimate reads shapes only, so it prices the two alike).
+ZOO["llama3.1-8b"] = {
+    **ZOO["llama3-8b"],
+    "max_position_embeddings": 131072,
+    "rope_scaling": dict(
+        rope_type="llama3",
+        factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
     ),
 }
 

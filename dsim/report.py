@@ -27,6 +27,8 @@ _LABELS = {
     "ttft_p99_s": ("TTFT p99", "s"),
     "tpot_p50_s": ("TPOT p50", "s"),
     "tpot_p99_s": ("TPOT p99", "s"),
+    "itl_p50_s": ("ITL p50 (pooled gaps)", "s"),
+    "itl_p99_s": ("ITL p99 (pooled gaps)", "s"),
     "accepted_length_mean": ("accepted length tau", "tok/round"),
     "verification_waste": ("verification waste", "fraction"),
     "mean_verify_budget": ("verify budget", "tok/request/round"),
@@ -43,6 +45,16 @@ def summary_table(summary: dict, title: str) -> Table:
     table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
     for key, (label, unit) in _LABELS.items():
         table.add_row(label, f"{summary[key]:.4g}", unit)
+    if summary.get("gpus_total") is not None:  # an estimate's sidecar says its GPUs
+        gpus = summary["gpus_per_replica"]
+        table.add_row(
+            "GPUs",
+            f"{gpus} x {summary['gpus_total'] // gpus}",
+            "per replica x replicas",
+        )
+        table.add_row(
+            "throughput per GPU", f"{summary['throughput_tok_s_per_gpu']:.4g}", "tok/s/GPU"
+        )
     if len(summary.get("per_replica", ())) > 1:  # a cluster (docs/cluster.md)
         table.add_row("replicas", str(len(summary["per_replica"])), "")
         table.add_row("load imbalance", f"{summary['load_imbalance']:.4g}", "max/mean tokens")

@@ -106,3 +106,29 @@ def test_calibration_and_reliability_do_not_import_each_other():
     code = "import dsim.acceptance.calibration, sys; print('matplotlib' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "False"  # the method loads without the plotting stack
+
+
+def test_summary_table_shows_pooled_itl_and_gpus_when_the_profile_says():
+    """The console table carries the benchmark's ITL and, for an estimate, GPUs per replica x
+    replicas and throughput per GPU; a measured profile (no GPU count) shows no GPU rows."""
+    from rich.console import Console
+
+    from dsim.report import summary_table
+
+    base = {k: 1.0 for k in ("throughput_tok_s", "tps_p10", "tps_p50", "tps_p90")}
+    base |= {k: 0.5 for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")}
+    base |= {"itl_p50_s": 0.0123, "itl_p99_s": 0.0456, "accepted_length_mean": 2.0}
+    base |= {"verification_waste": 0.1, "mean_verify_budget": 3.0, "mean_batch_size": 4.0}
+    base |= {"requests": 10, "duration_s": 5.0}
+
+    def text(summary: dict) -> str:
+        console = Console(width=200, record=True)
+        console.print(summary_table(summary, "t"))
+        return console.export_text()
+
+    gpus = {"gpus_per_replica": 2, "gpus_total": 6, "throughput_tok_s_per_gpu": 1 / 6}
+    shown = text(base | gpus)
+    assert "0.0123" in shown and "0.0456" in shown
+    assert "2 x 3" in shown and "0.1667" in shown
+    measured = text(base | dict.fromkeys(gpus))
+    assert "GPUs" not in measured and "per GPU" not in measured

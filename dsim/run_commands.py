@@ -34,6 +34,12 @@ MAX_REQUESTS = option("max_requests", "Keep only the first N requests.", WORKLOA
 MAX_SEQS = option("max_seqs", "Concurrent requests cap.", ENGINE)
 KV_TOKENS = option("kv_tokens", "KV-cache budget in tokens (16-token blocks).", ENGINE)
 PREFILL_CHUNK = option("prefill_chunk", "Prefill tokens per step (chunked prefill).", ENGINE)
+MAX_NUM_BATCHED_TOKENS = option(
+    "max_num_batched_tokens",
+    "Step token budget, as vLLM's: verify tokens (1 + gamma per running request) reserved "
+    "first, prefill chunks fill the rest (default: none).",
+    ENGINE,
+)
 DRAFT_COST = option(
     "draft_cost", "Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV.", SPECULATION
 )
@@ -87,6 +93,7 @@ def run_cmd(
     max_seqs: int = MAX_SEQS,
     kv_tokens: int = KV_TOKENS,
     prefill_chunk: int = PREFILL_CHUNK,
+    max_num_batched_tokens: int | None = MAX_NUM_BATCHED_TOKENS,
     draft_cost: str = DRAFT_COST,
     drafter_kind: str = DRAFTER_KIND,
     sla_tps: float | None = SLA_TPS,

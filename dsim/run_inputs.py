@@ -125,6 +125,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         max_seqs=spec.max_seqs,
         kv_tokens=spec.kv_tokens,
         prefill_chunk=spec.prefill_chunk,
+        token_budget=spec.max_num_batched_tokens,
         fused_prefill=spec.fused_prefill,
         sched=sched,
     )

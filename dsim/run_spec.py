@@ -36,6 +36,7 @@ class RunSpec:
     max_seqs: int = _ENGINE.max_seqs
     kv_tokens: int = _ENGINE.kv_tokens
     prefill_chunk: int = _ENGINE.prefill_chunk
+    max_num_batched_tokens: int | None = _ENGINE.token_budget  # None: no step token budget
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
@@ -55,8 +56,9 @@ class RunSpec:
             check_number(getattr(self, name), name, ge=1, integer=True)
         check_number(self.seed, "seed", ge=0, integer=True)
         check_number(self.rate_scale, "rate_scale", gt=0)
-        if self.max_requests is not None:
-            check_number(self.max_requests, "max_requests", ge=1, integer=True)
+        for name in ("max_requests", "max_num_batched_tokens"):
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), name, ge=1, integer=True)
         if self.sla_tps is not None:
             check_number(self.sla_tps, "sla_tps", gt=0)
 

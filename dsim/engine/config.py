@@ -23,11 +23,17 @@ class EngineConfig:
     prefill_chunk: int = 2048
     fused_prefill: bool = True
     sched: SchedCost = field(default_factory=lambda: SchedCost())
+    # vLLM's max_num_batched_tokens: verify and prefill tokens of one step together; the
+    # running requests' verify tokens (at most 1 + gamma each) are reserved first and prefill
+    # chunks fill the rest. None: prefill takes `prefill_chunk` whatever the verify pass holds.
+    token_budget: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise InputError(None, None, "--max-num-batched-tokens must be >= 1")
 
     @property
     def kv_blocks(self) -> int:

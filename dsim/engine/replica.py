@@ -241,7 +241,11 @@ class Replica:
 
     # -- one step -----------------------------------------------------------------------------
     def _prefill_chunks(self) -> list[int]:
+        """This step's prefill tokens per prefilling entry, FCFS: at most `prefill_chunk` in
+        all and, under a step token budget, what the running requests' verify tokens leave."""
         budget, takes = self.cfg.prefill_chunk, []
+        if self.cfg.token_budget is not None:
+            budget = min(budget, self.cfg.token_budget - self.running * self.lookahead)
         for entry in self.prefilling:
             take = min(entry[1], budget)
             if take == 0:

@@ -14,6 +14,7 @@ from dsim.cluster.summary import replica_figures
 from dsim.cluster.topology import Cluster, joined, replica_rng
 from dsim.engine.backend import Backend, Simulated
 from dsim.engine.clock import CLOCKS
+from dsim.engine.config import EngineConfig
 from dsim.engine.records import Records
 from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepLog
@@ -95,6 +96,7 @@ def run_engine(
     summary["kv_peak_blocks"] = int(steps.kv_blocks_used.max()) if len(steps.kv_blocks_used) else 0
     summary["kv_capacity_blocks"] = cfg.kv_blocks
     summary["step_model"] = latency.describe()
+    summary["engine_limits"] = engine_limits(cfg)
     summary.update(gpu_figures(inputs.profile.sidecar, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if inputs.policy.drafts else "none"
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
@@ -102,6 +104,16 @@ def run_engine(
         raise SimulationStuck(f"{n - records.finished} of {n} requests never finished")
     work = [r.work for r in cluster.replicas]
     return RunResult(requests, summary, steps, workload.output_tokens, logs, work)
+
+
+def engine_limits(cfg: EngineConfig) -> dict:
+    """The limits the run's engine ran with, as resolved from the spec and the profile."""
+    return {
+        "kv_tokens": cfg.kv_tokens,
+        "max_num_batched_tokens": cfg.token_budget,
+        "prefill_chunk": cfg.prefill_chunk,
+        "prefill_mixing": "mixed" if cfg.mixed_prefill else "separate",
+    }
 
 
 def write_run(

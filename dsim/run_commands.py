@@ -32,12 +32,27 @@ WINDOW = option("window", "Keep arrivals in START:END seconds.", WORKLOAD)
 RATE_SCALE = option("rate_scale", "Scale the arrival rate (2 = twice the load).", WORKLOAD)
 MAX_REQUESTS = option("max_requests", "Keep only the first N requests.", WORKLOAD)
 MAX_SEQS = option("max_seqs", "Concurrent requests cap.", ENGINE)
-KV_TOKENS = option("kv_tokens", "KV-cache budget in tokens (16-token blocks).", ENGINE)
-PREFILL_CHUNK = option("prefill_chunk", "Prefill tokens per step (chunked prefill).", ENGINE)
+KV_TOKENS = option(
+    "kv_tokens",
+    "KV-cache budget in tokens, 16-token blocks (default: the profile's KV capacity, else 500000).",
+    ENGINE,
+)
+PREFILL_CHUNK = option(
+    "prefill_chunk",
+    "Prefill tokens per step (default: the profile engine's rule, else 2048).",
+    ENGINE,
+)
 MAX_NUM_BATCHED_TOKENS = option(
     "max_num_batched_tokens",
     "Step token budget, as vLLM's: verify tokens (1 + gamma per running request) reserved "
-    "first, prefill chunks fill the rest (default: none).",
+    "first, prefill chunks fill the rest (default: the profile engine's, e.g. 8192 for vLLM "
+    "on H200; none for a profile without an engine).",
+    ENGINE,
+)
+PREFILL_MIXING = option(
+    "prefill_mixing",
+    "engine (the profile engine's rule) | mixed (prefill chunks share the decode step, as "
+    "vLLM) | separate (a step with prefill work decodes nothing, as SGLang).",
     ENGINE,
 )
 DRAFT_COST = option(
@@ -74,6 +89,14 @@ def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
 def show(result: RunResult, title: str) -> None:
     console.print(summary_table(result.summary, title))
     console.print(f"step model: {result.summary['step_model']}", highlight=False)
+    limits = result.summary["engine_limits"]
+    budget = limits["max_num_batched_tokens"]
+    console.print(
+        f"engine limits: KV {limits['kv_tokens']:,} tokens; step token budget "
+        f"{'none' if budget is None else f'{budget:,}'}; prefill chunk "
+        f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
+        highlight=False,
+    )
 
 
 def run_cmd(
@@ -91,9 +114,10 @@ def run_cmd(
     rate_scale: float = RATE_SCALE,
     max_requests: int | None = MAX_REQUESTS,
     max_seqs: int = MAX_SEQS,
-    kv_tokens: int = KV_TOKENS,
-    prefill_chunk: int = PREFILL_CHUNK,
+    kv_tokens: int | None = KV_TOKENS,
+    prefill_chunk: int | None = PREFILL_CHUNK,
     max_num_batched_tokens: int | None = MAX_NUM_BATCHED_TOKENS,
+    prefill_mixing: str = PREFILL_MIXING,
     draft_cost: str = DRAFT_COST,
     drafter_kind: str = DRAFTER_KIND,
     sla_tps: float | None = SLA_TPS,

@@ -19,16 +19,19 @@ from typing import Any
 
 from dsim import spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
+from dsim.checks import check_number
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
 from dsim.engine.config import (
     DraftCost,
     EngineConfig,
+    SchedCost,
     drafter_kind,
     parse_draft_cost,
     parse_sched_cost,
 )
 from dsim.errors import InputError
+from dsim.hardware.engines import Scheduling
 from dsim.hardware.latency import LatencyModel, profile_metadata
 from dsim.inputs import recording
 from dsim.policies import Policy, policy_maker
@@ -120,22 +123,56 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
-    config = EngineConfig(
-        gamma=spec.gamma,
-        max_seqs=spec.max_seqs,
-        kv_tokens=spec.kv_tokens,
-        prefill_chunk=spec.prefill_chunk,
-        token_budget=spec.max_num_batched_tokens,
-        fused_prefill=spec.fused_prefill,
-        sched=sched,
-    )
     with reading("profile"):
         target = profile()
+    config = engine_config(spec, target, sched)
     with reading("drafter_kind"):
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind)
     return EngineInputs(spec, config, target, draft, shape, policy)
+
+
+FALLBACK = EngineConfig()  # the limits of a profile whose sidecar names no engine
+
+
+def engine_config(spec: RunSpec, target: Profile, sched: SchedCost) -> EngineConfig:
+    """The engine's limits: the spec's where it sets them, else the profile's engine rule
+    (its step token budget, prefill chunk and mixing; the KV capacity its memory leaves), else
+    the fallbacks a profile without an engine has always run with."""
+    rule = scheduling(target)
+    kv = target.sidecar.get("memory", {}).get("kv_capacity_tokens")
+    if kv is not None:
+        name = "memory.kv_capacity_tokens"
+        kv = int(check_number(kv, name, ge=1, le=2**40, integer=True, where=target.path))
+    budget = spec.max_num_batched_tokens
+    if budget is None and rule is not None:
+        budget = rule.token_budget
+    chunk = spec.prefill_chunk
+    if chunk is None:
+        chunk = (rule and rule.prefill_chunk) or budget or FALLBACK.prefill_chunk
+    mixed = spec.prefill_mixing == "mixed" or (
+        spec.prefill_mixing == "engine" and (rule is None or rule.mixed_prefill)
+    )
+    return EngineConfig(
+        gamma=spec.gamma,
+        max_seqs=spec.max_seqs,
+        kv_tokens=spec.kv_tokens or kv or FALLBACK.kv_tokens,
+        prefill_chunk=chunk,
+        token_budget=budget,
+        mixed_prefill=mixed,
+        fused_prefill=spec.fused_prefill,
+        sched=sched,
+    )
+
+
+def scheduling(target: Profile) -> Scheduling | None:
+    """The scheduling rule the profile's sidecar records for its engine (None: no engine)."""
+    record = target.sidecar.get("engine", {}).get("scheduling")
+    if record is None:
+        return None
+    with reading("profile"):
+        return Scheduling.from_record(record, target.path)
 
 
 def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:

@@ -12,8 +12,12 @@ from typing import Any
 
 from dsim.checks import check_number
 from dsim.engine.config import EngineConfig
+from dsim.errors import InputError
 
 _ENGINE = EngineConfig()  # the engine's own limits are defaulted where the engine defines them
+# engine: the profile's engine rule; mixed: prefill chunks share the decode step (vLLM,
+# TensorRT-LLM); separate: a step with prefill work runs no decode (SGLang's prefill first)
+PREFILL_MIXING = ("engine", "mixed", "separate")
 
 DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
@@ -34,9 +38,12 @@ class RunSpec:
     rate_scale: float = 1.0
     max_requests: int | None = None
     max_seqs: int = _ENGINE.max_seqs
-    kv_tokens: int = _ENGINE.kv_tokens
-    prefill_chunk: int = _ENGINE.prefill_chunk
-    max_num_batched_tokens: int | None = _ENGINE.token_budget  # None: no step token budget
+    # None: the profile's engine decides (`run_inputs.engine_config`): its KV capacity, its
+    # step token budget, its prefill chunk and whether prefill shares the decode step
+    kv_tokens: int | None = None
+    prefill_chunk: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefill_mixing: str = "engine"  # engine | mixed | separate (PREFILL_MIXING)
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
@@ -52,13 +59,20 @@ class RunSpec:
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);
         the topology's own settings are checked when the spec is resolved."""
-        for name in ("gamma", "max_seqs", "kv_tokens", "prefill_chunk"):
+        for name in ("gamma", "max_seqs"):
             check_number(getattr(self, name), name, ge=1, integer=True)
         check_number(self.seed, "seed", ge=0, integer=True)
         check_number(self.rate_scale, "rate_scale", gt=0)
-        for name in ("max_requests", "max_num_batched_tokens"):
+        for name in ("max_requests", "kv_tokens", "prefill_chunk", "max_num_batched_tokens"):
             if getattr(self, name) is not None:
                 check_number(getattr(self, name), name, ge=1, integer=True)
+        if self.prefill_mixing not in PREFILL_MIXING:
+            raise InputError(
+                None,
+                None,
+                f"--prefill-mixing must be one of {', '.join(PREFILL_MIXING)}, "
+                f"got {self.prefill_mixing!r}",
+            )
         if self.sla_tps is not None:
             check_number(self.sla_tps, "sla_tps", gt=0)
 

@@ -51,8 +51,8 @@ def test_one_running_request_leaves_budget_minus_its_tokens_to_a_prompt(tmp_path
 @pytest.mark.parametrize("policy", ["dspark", "fixed:3"])
 def test_a_budget_that_never_binds_changes_nothing(tmp_path, policy):
     """A budget above prefill_chunk + every verify token is the same run as no budget."""
-    free = run(tmp_path, policy=policy)
-    loose = run(tmp_path, policy=policy, max_num_batched_tokens=10**7)
+    free = run(tmp_path, policy=policy, prefill_chunk=2048)
+    loose = run(tmp_path, policy=policy, prefill_chunk=2048, max_num_batched_tokens=10**7)
     assert free.requests.equals(loose.requests)
     np.testing.assert_array_equal(free.steps.latency_s, loose.steps.latency_s)
 

@@ -27,6 +27,8 @@ class EngineConfig:
     # running requests' verify tokens (at most 1 + gamma each) are reserved first and prefill
     # chunks fill the rest. None: prefill takes `prefill_chunk` whatever the verify pass holds.
     token_budget: int | None = None
+    # False: a step with prefill work runs no decode round (SGLang schedules prefill first)
+    mixed_prefill: bool = True
 
     def __post_init__(self) -> None:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):

@@ -5,12 +5,12 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
 to the step) and the backend again for the accepted drafts (told back to the policy's
-`observe`), (4) adds a chunk of prefill work, and (5) takes one step latency before committing
-the tokens, as its clock says (`dsim.engine.clock`: the profile's latency for the step's verify
-and prefill work plus the drafter's passes, `LatencyModel.step` and `DraftCost`, or the
-measured wall time of a real-model step). The backend reports what each request emitted and
-whether it emitted an end-of-sequence token; the engine alone applies output caps and ends
-requests.
+`observe`), (4) adds a chunk of prefill work (an engine that schedules prefill first runs it in
+a step of its own, with no decode round), and (5) takes one step latency before committing the
+tokens, as its clock says (`dsim.engine.clock`: the profile's latency for the step's verify and
+prefill work plus the drafter's passes, `LatencyModel.step` and `DraftCost`, or the measured
+wall time of a real-model step). The backend reports what each request emitted and whether it
+emitted an end-of-sequence token; the engine alone applies output caps and ends requests.
 
 Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
 request's KV has been transferred) and results go to a `Records` object, which every replica
@@ -240,12 +240,13 @@ class Replica:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
 
     # -- one step -----------------------------------------------------------------------------
-    def _prefill_chunks(self) -> list[int]:
+    def _prefill_chunks(self, verifying: int) -> list[int]:
         """This step's prefill tokens per prefilling entry, FCFS: at most `prefill_chunk` in
-        all and, under a step token budget, what the running requests' verify tokens leave."""
+        all and, under a step token budget, what the `verifying` requests' verify tokens
+        leave."""
         budget, takes = self.cfg.prefill_chunk, []
         if self.cfg.token_budget is not None:
-            budget = min(budget, self.cfg.token_budget - self.running * self.lookahead)
+            budget = min(budget, self.cfg.token_budget - verifying * self.lookahead)
         for entry in self.prefilling:
             take = min(entry[1], budget)
             if take == 0:
@@ -266,9 +267,13 @@ class Replica:
         started = self.clock.start()
         if self.waiting:
             self._admit()
-        self._reserve_decode_blocks()
-        takes = self._prefill_chunks() if self.prefilling else []
-        r, p = self.running, sum(takes)
+        # Prefill first (an engine that does not mix): a step with prefill work decodes nothing.
+        prefill_only = bool(self.prefilling) and not self.cfg.mixed_prefill
+        if not prefill_only:
+            self._reserve_decode_blocks()
+        r = 0 if prefill_only else self.running
+        takes = self._prefill_chunks(r) if self.prefilling else []
+        p = sum(takes)
         if r == 0 and p == 0:
             return None
         # Verify context: the running requests' mean KV; prefill: the chunks' mean end context.

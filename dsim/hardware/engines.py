@@ -21,11 +21,39 @@ DEFAULT_ENGINE = "vllm"
 
 @dataclass(frozen=True)
 class Scheduling:
-    """How the engine fills a step, from its documentation (recorded in the sidecar)."""
+    """How the engine fills a step, from its documentation: recorded in the sidecar and, unless
+    a run sets them, the run's defaults (`dsim.run_inputs.resolve_engine`)."""
 
-    mixed_prefill: bool  # prefill chunks share a step with decode work
-    token_budget: int | None  # tokens per step (prefill + verify); None: whole prompts
+    mixed_prefill: bool  # prefill chunks share a step with decode work (False: prefill first)
+    token_budget: int | None  # tokens per step (prefill + verify); None: no step budget
+    prefill_chunk: int | None  # prefill tokens per step; None: what the budget leaves
     source: str
+
+    @classmethod
+    def from_record(cls, record: dict, where: str) -> Scheduling:
+        """The sidecar's `engine.scheduling` entry, checked (InputError naming `where`)."""
+        try:
+            mixed, budget = record["mixed_prefill"], record["token_budget"]
+            chunk = record.get("prefill_chunk")
+        except (KeyError, TypeError):
+            raise InputError(
+                where, None, "engine.scheduling needs mixed_prefill and token_budget"
+            ) from None
+        if not isinstance(mixed, bool):
+            raise InputError(
+                where, None, f"engine.scheduling.mixed_prefill must be true or false, got {mixed!r}"
+            )
+        for name, value in (("token_budget", budget), ("prefill_chunk", chunk)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31
+            ):
+                raise InputError(
+                    where,
+                    None,
+                    f"engine.scheduling.{name} must be null or an integer in "
+                    f"1..2^31, got {value!r}",
+                )
+        return cls(mixed, budget, chunk, str(record.get("source", "")))
 
 
 @dataclass(frozen=True)
@@ -51,13 +79,20 @@ class Engine:
         }
 
 
-VLLM_SCHED = Scheduling(
-    True,
-    8192,
-    "vLLM V1 always chunks prefill into decode steps; max_num_batched_tokens defaults to 8192 "
-    "for the API server on H100/H200 (by device name, 0.8.4 included; since 0.9 on any GPU of "
-    ">= 70 GB other than A100; vllm/engine/arg_utils.py), 2048 on other GPUs",
-)
+def _vllm_scheduling(gpu: str | None) -> Scheduling:
+    """vLLM V1's step filling; its default token budget depends on the GPU."""
+    budget = 2048 if gpu == "a100" else 8192
+    return Scheduling(
+        True,
+        budget,
+        None,
+        "vLLM V1 always chunks prefill into decode steps, up to the step token budget; "
+        "max_num_batched_tokens defaults to 8192 for the API server on H100/H200 (by device "
+        "name, 0.8.4 included; since 0.9 on any GPU of >= 70 GB other than A100; "
+        "vllm/engine/arg_utils.py), 2048 on other GPUs",
+    )
+
+
 ENGINES: dict[str, str] = {
     "vllm": "vLLM V1 with CUDA graphs (torch.compile + piecewise graphs)",
     "sglang": "SGLang with CUDA graphs",
@@ -71,8 +106,8 @@ def names() -> str:
     return ", ".join(ENGINES)
 
 
-def get_engine(name: str) -> Engine:
-    """The preset of `name` (InputError listing the names when unknown)."""
+def get_engine(name: str, gpu: str | None = None) -> Engine:
+    """The preset of `name` on `gpu` (InputError listing the names when unknown)."""
     from dsim.hardware import engine_fit, gpu_fit
 
     key = name.lower()
@@ -80,29 +115,37 @@ def get_engine(name: str) -> Engine:
         raise InputError(None, None, f"unknown engine {name!r}; known: {names()}")
     description = ENGINES[key]
     if key == "gpu-only":
-        return Engine(key, description, "none (no terms)", StepOverhead(0.0, 0.0), VLLM_SCHED)
+        vllm_sched = _vllm_scheduling(gpu)
+        return Engine(key, description, "none (no terms)", StepOverhead(0.0, 0.0), vllm_sched)
     if key == "vllm-2023":
         sched = Scheduling(
-            False,
+            True,
             None,
-            "vLLM 0.2 (2023) ran each prefill as a step of its own, whole prompts, before decode "
-            "steps (no chunked prefill)",
+            2048,
+            "the rule the estimates of this engine were simulated with before presets existed "
+            "(prefill in chunks of at most 2048 tokens sharing the decode step, no step token "
+            "budget), kept so those results reproduce; vLLM 0.2 itself ran each prefill as a "
+            "step of its own, whole prompts, before decode steps",
         )
         return Engine(key, description, "vLLM 2023 (Splitwise)", gpu_fit.step_overhead(), sched)
     fit = engine_fit.presets()
     if key == "vllm":
-        return Engine(key, description, "vLLM 0.8.4 (V1)", fit["vllm"], VLLM_SCHED)
+        return Engine(key, description, "vLLM 0.8.4 (V1)", fit["vllm"], _vllm_scheduling(gpu))
     if key == "sglang":
         sched = Scheduling(
             False,
             8192,
-            "SGLang runs prefill batches as steps of their own (--enable-mixed-chunk is off by "
-            "default); chunked_prefill_size 8192 on H200 (the fitted runs' log)",
+            None,
+            "SGLang runs prefill batches as steps of their own, before decode, whenever a "
+            "request waits to prefill (--enable-mixed-chunk is off by default; "
+            "scheduler.get_next_batch_to_run tries a prefill batch first); chunked_prefill_size "
+            "8192 on H200 (the fitted runs' log)",
         )
         return Engine(key, description, "SGLang 0.4.4-0.4.5.post3", fit["sglang"], sched)
     sched = Scheduling(
         True,
         8192,
+        None,
         "TensorRT-LLM's in-flight batching puts context and generation requests in one step; "
         "max_num_tokens defaults to 8192",
     )

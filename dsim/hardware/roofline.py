@@ -165,7 +165,7 @@ def roofline_profile(
     kv_dtype: str = "bf16",
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
-    preset = get_engine(engine)
+    preset = get_engine(engine, gpu.lower())
     spec = get_gpu(gpu)
     arch = zoo.load_arch(model)
     par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))

@@ -6,7 +6,6 @@ writes reproduce.md beside this file).
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -23,11 +22,12 @@ DIR = Path(__file__).resolve().parent
 ROWS = range(0, 17)  # the SGLang PR row (17) has no published lengths
 SEEDS = (0, 1, 2)
 NIM = "NVIDIA NIM for LLMs (llama-3.3-70b-instruct container)"
-# engine column -> (preset, --prefill-chunk, fused prefill, profile's gpu, model, tp, dtype)
+# engine column -> (preset, profile's gpu, model, tp, dtype); the scheduling (step token
+# budget, prefill mixing) and the KV budget are the profile engine's defaults
 ENGINE = {
-    "vLLM": ("vllm", 8192, True, ("h200", "deepseek-v3", 8, "fp8")),
-    "SGLang": ("sglang", 8192, False, ("h200", "deepseek-v3", 8, "fp8")),
-    NIM: ("trtllm", 8192, True, ("h100", "llama3.3-70b", 2, "fp8")),
+    "vLLM": ("vllm", ("h200", "deepseek-v3", 8, "fp8")),
+    "SGLang": ("sglang", ("h200", "deepseek-v3", 8, "fp8")),
+    NIM: ("trtllm", ("h100", "llama3.3-70b", 2, "fp8")),
 }
 MAX_SEQS = 256
 
@@ -53,13 +53,12 @@ def published(row: pd.Series) -> dict[str, float]:
     return {"itl": itl, "tok_s": row["output_tok_s"], "ttft": ttft}
 
 
-def run_row(row: pd.Series, profile: Path, kv_tokens: int, chunk: int, fused: bool) -> dict:
+def run_row(row: pd.Series, profile: Path) -> dict:
     out: dict[str, list[float]] = {"itl": [], "tok_s": [], "ttft": []}
     for seed in SEEDS:
         spec = RunSpec(
-            trace=trace(row), profile=str(profile), policy="ar", seed=seed, max_seqs=MAX_SEQS,
-            kv_tokens=kv_tokens, prefill_chunk=chunk, fused_prefill=fused,
-        )  # fmt: skip
+            trace=trace(row), profile=str(profile), policy="ar", seed=seed, max_seqs=MAX_SEQS
+        )
         res = simulate(spec)
         if closed(row):  # NIM's client: means over requests
             req = res.requests
@@ -85,23 +84,23 @@ def main() -> None:
     lines += ["Made by `reproduce.py` under `reproduce_rules.md` (committed before it ran; the"]
     lines += ["closed-loop rows by its addendum). Simulated: mean over seeds 0-2 [min, max]."]
     lines += ["Error: simulated mean / published - 1. Open-loop rows (x prompts): median ITL and"]
-    lines += ["TTFT; closed-loop rows (x c=C): means, as NIM's client reports them.", ""]
+    lines += ["TTFT; closed-loop rows (x c=C): means, as NIM's client reports them. Each"]
+    lines += ["engine's scheduling and KV budget are its profile's defaults (the last addendum)."]
+    lines += [""]
     lines += ["| row | engine | in/out x load | in fit | ITL ms sim | published | error "]
     lines[-1] += "| output tok/s sim | published | error | TTFT ms sim | published | error |"
     lines += ["| --- " * 13 + "|"]
     errors: dict[str, dict[str, list[float]]] = {"fit": {}, "long": {}}
     with tempfile.TemporaryDirectory() as tmp:
         profiles = {}
-        for engine, (preset, _, _, (gpu, model, tp, dtype)) in ENGINE.items():
+        for engine, (preset, (gpu, model, tp, dtype)) in ENGINE.items():
             path = Path(tmp) / f"{preset}.csv"
             write_roofline(gpu, model, path, tp=tp, ep=1, dtype=dtype, engine=preset)
-            meta = json.loads(path.with_suffix(".json").read_text())
-            profiles[engine] = (path, meta["memory"]["kv_capacity_tokens"])
+            profiles[engine] = path
         for i in ROWS:
             row = raw.iloc[i]
-            preset, chunk, fused, _ = ENGINE[row["engine"]]
-            path, kv = profiles[row["engine"]]
-            sim = run_row(row, path, kv, chunk, fused)
+            preset = ENGINE[row["engine"]][0]
+            sim = run_row(row, profiles[row["engine"]])
             group = "fit" if i in engine_fit.ROWS else "long"
             pub = published(row)
             cells = []

@@ -332,3 +332,25 @@ def test_damaged_checkpoint_is_refused_before_allocating(
     torch.save(blob, bad)
     with pytest.raises(InputError, match=text):
         load_drafter(bad, target)
+
+
+def test_a_batch_without_rounds_gives_the_trace_columns_with_no_rows() -> None:
+    """Every prompt of a batch can end on its first token: that batch has no rounds, and its
+    frame must concatenate with the others' (it once lacked every column but seq_id)."""
+    import numpy as np
+    import pandas as pd
+
+    from dsim.models.collect import _trace_frame
+
+    gamma = 3
+    one = {
+        "seq_id": np.array([4]),
+        "round": np.array([0]),
+        "accepted": np.array([2]),
+        "conf": np.full((1, gamma), 0.5),
+        "tv": np.full((1, gamma), 0.25),
+    }
+    empty, full = _trace_frame([], gamma), _trace_frame([one], gamma)
+    assert len(empty) == 0 and list(empty.columns) == list(full.columns)
+    both = pd.concat([empty, full], ignore_index=True).sort_values(["seq_id", "round"])
+    assert both["accepted"].tolist() == [2]

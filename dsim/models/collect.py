@@ -152,9 +152,13 @@ def _decode_batch(
 
 
 def _trace_frame(records: list[dict[str, np.ndarray]], gamma: int) -> pd.DataFrame:
-    cat = {key: np.concatenate([r[key] for r in records]) for key in records[0]} if records else {}
-    if not cat:
-        return pd.DataFrame({"seq_id": np.zeros(0, dtype=np.int64)})
+    """The rounds as trace rows; a batch whose every prompt ended on its first token has none,
+    and gives the same columns with no rows (so batches concatenate whatever they held)."""
+    if not records:  # shape [0] and [0, gamma]: the columns of a batch without rounds
+        empty = np.zeros(0, np.int64)
+        records = [{"seq_id": empty, "round": empty, "accepted": empty,
+                    "conf": np.zeros((0, gamma)), "tv": np.zeros((0, gamma))}]  # fmt: skip
+    cat = {key: np.concatenate([r[key] for r in records]) for key in records[0]}
     frame = pd.DataFrame(
         {
             "seq_id": cat["seq_id"].astype(np.int64),

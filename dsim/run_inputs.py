@@ -24,12 +24,14 @@ from dsim.cluster.topology import Topology, topology
 from dsim.engine.config import (
     DraftCost,
     EngineConfig,
+    check_ragged_penalty,
     drafter_kind,
     parse_draft_cost,
     parse_sched_cost,
 )
 from dsim.errors import InputError
-from dsim.hardware.latency import LatencyModel, profile_metadata
+from dsim.hardware.gpu_model import SpecRound
+from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
 from dsim.policies import Policy, policy_maker
 from dsim.run_spec import RunSpec
@@ -120,6 +122,11 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
+    with reading("profile"):
+        target = profile()
+        (per_round, per_pass), prior = spec_costs(spec.profile)
+        where = f"{Path(spec.profile).with_suffix('.json')}: engine ragged penalty"
+        prior = check_ragged_penalty(prior, where)
     config = EngineConfig(
         gamma=spec.gamma,
         max_seqs=spec.max_seqs,
@@ -128,13 +135,12 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         token_budget=spec.max_num_batched_tokens,
         fused_prefill=spec.fused_prefill,
         sched=sched,
+        ragged_penalty=prior if spec.ragged_penalty is None else spec.ragged_penalty,
     )
-    with reading("profile"):
-        target = profile()
     with reading("drafter_kind"):
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
-        draft = parse_draft_cost(spec.draft_cost, kind)
+        draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
     return EngineInputs(spec, config, target, draft, shape, policy)
 
 

@@ -11,7 +11,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from dsim.checks import check_number
-from dsim.engine.config import EngineConfig
+from dsim.engine.config import EngineConfig, check_ragged_penalty
 
 _ENGINE = EngineConfig()  # the engine's own limits are defaulted where the engine defines them
 
@@ -48,6 +48,7 @@ class RunSpec:
     kv_link_gbps: float = 400.0
     kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
     fused_prefill: bool = _ENGINE.fused_prefill  # False: prefill as a pass of its own (real mode)
+    ragged_penalty: float | None = None  # None: the profile's engine prior (0 without one)
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);
@@ -61,6 +62,8 @@ class RunSpec:
                 check_number(getattr(self, name), name, ge=1, integer=True)
         if self.sla_tps is not None:
             check_number(self.sla_tps, "sla_tps", gt=0)
+        if self.ragged_penalty is not None:
+            check_ragged_penalty(self.ragged_penalty)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -25,7 +25,7 @@ from dsim.run import simulate
 from dsim.run_spec import RunSpec
 
 TRACE = "synthetic:rate=40,n=40,prompt=200,output=120"
-ALTERNATING = '''
+ALTERNATING = """
 import numpy as np
 class Alternating:
     drafts = True
@@ -34,7 +34,7 @@ class Alternating:
         pass
     def lengths(self, conf, sps, truth):
         return np.arange(conf.shape[0]) % 2
-'''
+"""
 
 
 def profile(tmp_path, per_round=0.0, per_pass=0.0, penalty=0.0, name="flat"):
@@ -162,8 +162,12 @@ def test_ragged_rule_uniform_ragged_and_capped_rows():
 def test_step_price_with_the_penalty_closed_form():
     model = LatencyModel(
         pd.DataFrame(
-            {"batch_tokens": [1, 100], "num_seqs": [1, 1], "context_len": 0,
-             "latency_ms": [10.0, 20.0]}  # fmt: skip
+            {
+                "batch_tokens": [1, 100],
+                "num_seqs": [1, 1],
+                "context_len": 0,
+                "latency_ms": [10.0, 20.0],
+            }  # fmt: skip
         )
     )
     price = model.priced(1, 0.0)

@@ -121,9 +121,7 @@ def parse_draft_cost(
         return DraftCost(ratio=read.ratio, kind=kind, spec_round=spec_round)
     if not Path(read.profile).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
-    return DraftCost(
-        profile=LatencyModel.from_csv(read.profile), kind=kind, spec_round=spec_round
-    )
+    return DraftCost(profile=LatencyModel.from_csv(read.profile), kind=kind, spec_round=spec_round)
 
 
 # `--sched-cost auto` (docs/policies.md, "scheduling cost"): an assumed host sync (no GPU was at

@@ -147,7 +147,9 @@ def spec_costs(path: str | Path) -> tuple[tuple[float, float], float]:
         terms.get(k, 0.0) if isinstance(terms, dict) else None
         for k in ("per_round_s", "per_pass_s")
     ]
-    for name, v in zip(("per_round_s", "per_pass_s", "ragged penalty"), [*values, penalty]):
+    for name, v in zip(
+        ("per_round_s", "per_pass_s", "ragged penalty"), [*values, penalty], strict=True
+    ):
         if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < np.inf):
             raise InputError(side, None, f"engine {name}: expected a number >= 0, got {v!r}")
     return (float(values[0]), float(values[1])), float(penalty)

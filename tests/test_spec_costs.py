@@ -308,3 +308,11 @@ def test_a_bad_sidecar_penalty_is_one_line(monkeypatch, capsys, tmp_path):
         monkeypatch, capsys, "run", "--trace", "synthetic:n=5", "--profile", prof, "--no-progress"
     )
     assert code == 2 and err.count("\n") == 1 and "flat.json" in err
+
+
+def test_the_penalty_is_part_of_a_sweep_key(tmp_path):
+    from dsim.pareto.sweep import point_key
+
+    prof = profile(tmp_path, penalty=0.5)
+    keys = {point_key(RunSpec(trace=TRACE, profile=prof, ragged_penalty=p)) for p in (None, 0, 2)}
+    assert len(keys) == 3

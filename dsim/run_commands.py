@@ -67,6 +67,13 @@ SLA_TPS = option("sla_tps", "Per-user tok/s the schedulers must keep.", SPECULAT
 SCHED_COST = option(
     "sched_cost", "Synchronous schedulers' per-round cost: auto | auto:F | SECONDS.", SPECULATION
 )
+RAGGED_PENALTY = option(
+    "ragged_penalty",
+    "Extra share of a decode step's target pass when its requests verify different lengths "
+    "(0..10; default: the profile's engine prior, 0.19 for the fitted presets, 0 for measured "
+    "profiles and vllm-2023).",
+    SPECULATION,
+)
 PROGRESS = typer.Option(True, help="Show a progress bar.")
 REPLICAS = option(
     "replicas", "Replicas behind the router, each its own engine (docs/cluster.md).", CLUSTER
@@ -122,6 +129,7 @@ def run_cmd(
     drafter_kind: str = DRAFTER_KIND,
     sla_tps: float | None = SLA_TPS,
     sched_cost: str = SCHED_COST,
+    ragged_penalty: float | None = RAGGED_PENALTY,
     calibration: str | None = option(
         "calibration",
         "STS calibration JSON for an acceptance trace; 'raw' ignores the sidecar's.",

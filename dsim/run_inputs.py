@@ -26,13 +26,15 @@ from dsim.engine.config import (
     DraftCost,
     EngineConfig,
     SchedCost,
+    check_ragged_penalty,
     drafter_kind,
     parse_draft_cost,
     parse_sched_cost,
 )
 from dsim.errors import InputError
 from dsim.hardware.engines import Scheduling
-from dsim.hardware.latency import LatencyModel, profile_metadata
+from dsim.hardware.gpu_model import SpecRound
+from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
 from dsim.policies import Policy, policy_maker
 from dsim.run_spec import RunSpec
@@ -125,21 +127,27 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
         target = profile()
-    config = engine_config(spec, target, sched)
+        (per_round, per_pass), prior = spec_costs(spec.profile)
+        where = f"{Path(spec.profile).with_suffix('.json')}: engine ragged penalty"
+        prior = check_ragged_penalty(prior, where)
+    config = engine_config(spec, target, sched, prior)
     with reading("drafter_kind"):
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
-        draft = parse_draft_cost(spec.draft_cost, kind)
+        draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
     return EngineInputs(spec, config, target, draft, shape, policy)
 
 
 FALLBACK = EngineConfig()  # the limits of a profile whose sidecar names no engine
 
 
-def engine_config(spec: RunSpec, target: Profile, sched: SchedCost) -> EngineConfig:
+def engine_config(
+    spec: RunSpec, target: Profile, sched: SchedCost, ragged_prior: float
+) -> EngineConfig:
     """The engine's limits: the spec's where it sets them, else the profile's engine rule
-    (its step token budget, prefill chunk and mixing; the KV capacity its memory leaves), else
-    the fallbacks a profile without an engine has always run with."""
+    (its step token budget, prefill chunk and mixing; the KV capacity its memory leaves; its
+    ragged verify penalty), else the fallbacks a profile without an engine has always run
+    with."""
     rule = scheduling(target)
     kv = target.sidecar.get("memory", {}).get("kv_capacity_tokens")
     if kv is not None:
@@ -163,6 +171,7 @@ def engine_config(spec: RunSpec, target: Profile, sched: SchedCost) -> EngineCon
         mixed_prefill=mixed,
         fused_prefill=spec.fused_prefill,
         sched=sched,
+        ragged_penalty=ragged_prior if spec.ragged_penalty is None else spec.ragged_penalty,
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from dsim.checks import check_number
-from dsim.engine.config import EngineConfig
+from dsim.engine.config import EngineConfig, check_ragged_penalty
 from dsim.errors import InputError
 
 _ENGINE = EngineConfig()  # the engine's own limits are defaulted where the engine defines them
@@ -55,6 +55,7 @@ class RunSpec:
     kv_link_gbps: float = 400.0
     kv_bytes_per_token: float | None = None  # None: from the profile's sidecar
     fused_prefill: bool = _ENGINE.fused_prefill  # False: prefill as a pass of its own (real mode)
+    ragged_penalty: float | None = None  # None: the profile's engine prior (0 without one)
 
     def __post_init__(self) -> None:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);
@@ -75,6 +76,8 @@ class RunSpec:
             )
         if self.sla_tps is not None:
             check_number(self.sla_tps, "sla_tps", gt=0)
+        if self.ragged_penalty is not None:
+            check_ragged_penalty(self.ragged_penalty)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -151,8 +151,9 @@ def test_engine_turns_a_stalled_clock_into_an_error(monkeypatch, step):
     monkeypatch.setattr(replica, "MAX_STALLED_STEPS", 5)
     # The engine prices each step through `LatencyModel.priced`: every step lasts `step`.
     monkeypatch.setattr(LatencyModel, "priced", lambda self, *args: lambda tokens: step)
+    # `ar`: no drafter, so the profile engine's speculative round cost adds nothing either.
     spec = RunSpec(
-        trace="synthetic:n=3,output=200,sigma=0", profile=PROFILE, policy="mtp1", draft_cost="0"
+        trace="synthetic:n=3,output=200,sigma=0", profile=PROFILE, policy="ar", draft_cost="0"
     )
     with pytest.raises(SimulationStuck, match=r"at t=0 s with 0/3 finished, .* decoding"):
         simulate(spec)

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from dsim import spec_grammar
 from dsim.errors import InputError
+from dsim.hardware.gpu_model import SpecRound
 from dsim.hardware.latency import LatencyModel, StepPrice
+
+MAX_RAGGED_PENALTY = 10.0  # an 11x step is no engine's graph fallback: a typo, refused
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,10 @@ class EngineConfig:
     token_budget: int | None = None
     # False: a step with prefill work runs no decode round (SGLang schedules prefill first)
     mixed_prefill: bool = True
+    # A decode step whose requests verify different lengths (rows at their output cap aside)
+    # pays (1 + ragged_penalty) x its target pass, unless it is fused with prefill, which the
+    # engines dsim models run without full CUDA graphs anyway (docs/design.md, Ragged verify).
+    ragged_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):
@@ -36,10 +43,24 @@ class EngineConfig:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
         if self.token_budget is not None and self.token_budget < 1:
             raise InputError(None, None, "--max-num-batched-tokens must be >= 1")
+        check_ragged_penalty(self.ragged_penalty)
 
     @property
     def kv_blocks(self) -> int:
         return self.kv_tokens // self.block_size
+
+
+def check_ragged_penalty(value: object, where: str = "--ragged-penalty") -> float:
+    """A penalty in 0..MAX_RAGGED_PENALTY (InputError naming `where` otherwise)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (ok and 0.0 <= value <= MAX_RAGGED_PENALTY):  # NaN fails both comparisons
+        raise InputError(
+            None,
+            None,
+            f"{where} must be a number in 0..{MAX_RAGGED_PENALTY:g} (the extra share of a ragged "
+            f"step's target pass, e.g. 0.19), got {value!r}",
+        )
+    return float(value)
 
 
 DRAFTER_KINDS = ("auto", "block", "ar", "mtp1")
@@ -63,11 +84,13 @@ class DraftCost:
     cost): a parallel block drafter makes one pass over R x gamma tokens, an autoregressive
     drafter gamma passes over R tokens, an MTP-1 head one pass over R tokens. A pass costs
     `ratio` times the target's verify step for the same tokens and sequences, or what a
-    drafter profile says for them (`LatencyModel.latency`)."""
+    drafter profile says for them (`LatencyModel.latency`). The engine's speculative machinery
+    (`spec_round`: per round and per pass, from the target profile's engine preset) is added."""
 
     ratio: float = 0.0
     profile: LatencyModel | None = None
     kind: str = "block"
+    spec_round: SpecRound = SpecRound()
 
     def passes(self, num_seqs: int, gamma: int) -> tuple[int, int]:
         """(passes per round, tokens per pass)."""
@@ -81,22 +104,26 @@ class DraftCost:
         """Drafter seconds per round; `target` prices the target's verify step (a `StepPrice`
         of the step at hand looks it up fastest)."""
         passes, tokens = self.passes(num_seqs, gamma)
+        machinery = self.spec_round.seconds(passes)
         if self.profile is not None:
-            return passes * float(self.profile.latency(tokens, num_seqs, context_len))
+            return passes * float(self.profile.latency(tokens, num_seqs, context_len)) + machinery
         if not self.ratio:
-            return 0.0
-        return passes * self.ratio * float(target.latency(tokens, num_seqs, context_len))
+            return machinery
+        pass_s = float(target.latency(tokens, num_seqs, context_len))
+        return passes * self.ratio * pass_s + machinery
 
 
-def parse_draft_cost(spec: str, kind: str = "block") -> DraftCost:
-    """`0`, `ratio:X` or the path of a drafter profile CSV, for a drafter of `kind`
-    (docs/design.md, The step-time model)."""
+def parse_draft_cost(
+    spec: str, kind: str = "block", spec_round: SpecRound = SpecRound()
+) -> DraftCost:
+    """`0`, `ratio:X` or the path of a drafter profile CSV, for a drafter of `kind`, with the
+    engine's speculative machinery `spec_round` (docs/design.md, The step-time model)."""
     read = spec_grammar.draft_cost(spec)
     if read.profile is None:
-        return DraftCost(ratio=read.ratio, kind=kind)
+        return DraftCost(ratio=read.ratio, kind=kind, spec_round=spec_round)
     if not Path(read.profile).exists():
         raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
-    return DraftCost(profile=LatencyModel.from_csv(read.profile), kind=kind)
+    return DraftCost(profile=LatencyModel.from_csv(read.profile), kind=kind, spec_round=spec_round)
 
 
 # `--sched-cost auto` (docs/policies.md, "scheduling cost"): an assumed host sync (no GPU was at

@@ -42,7 +42,7 @@ from dsim.engine.kv_blocks import KvBlocks, total
 from dsim.engine.records import Records
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
-from dsim.hardware.latency import LatencyModel, StepRate
+from dsim.hardware.latency import LatencyModel, StepPrice, StepRate
 from dsim.policies.protocol import Policy, policy_traits
 from dsim.workload import Workload
 
@@ -57,6 +57,13 @@ ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
 COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
 PROGRESS_EVERY = 2000  # steps between progress reports
+
+
+def ragged(lengths: np.ndarray, left: np.ndarray) -> bool:
+    """Whether a round's verify lengths differ between requests, not counting rows at their
+    output cap (l + 1 >= tokens left: an engine would shorten them to the cap)."""
+    free = lengths[lengths + 1 < left]
+    return len(free) > 1 and int(free.min()) != int(free.max())
 
 
 @dataclass(slots=True)
@@ -119,6 +126,7 @@ class Replica:
         self.batch_ctx = 0  # the batch's total context
         self.admissions = 0
         self.steps = StepRecorder()
+        self.ragged_steps = 0  # decode steps that paid the ragged verify penalty
         self.plan = StepPlan()
         self._wake: simpy.Event | None = None  # set while idle, until a request is pushed
         self._check_fits()
@@ -282,32 +290,45 @@ class Replica:
         price = self.latency.priced(r, ctx, p, len(takes), p_ctx, self.cfg.fused_prefill)
         plan = self.plan
         plan.decodes = r > 0
-        draft_s, verify_tokens = self._decode_round(plan, r, ctx, price) if r else (0.0, 0)
+        # A fused step carrying prefill runs without full CUDA graphs whatever its lengths
+        # (vLLM's rule): only a decode-only or unfused step can pay the ragged penalty.
+        penalty = 0.0 if takes and self.cfg.fused_prefill else self.cfg.ragged_penalty
+        if r:
+            draft_s, target_s, verify_tokens = self._decode_round(plan, r, ctx, price, penalty)
+        else:
+            draft_s, target_s, verify_tokens = 0.0, price(0), 0
         plan.takes = takes
         if takes:  # the backend runs each chunk in the step that schedules it
             chunked = self.prefilling[: len(takes)]
             done = [e[1] == t for e, t in zip(chunked, takes, strict=True)]
             plan.completing = [e for e, d in zip(chunked, done, strict=True) if d]
             plan.first_stop = self.backend.prefill([e[0] for e in chunked], takes, done)
-        modelled = draft_s + price(verify_tokens)
+        modelled = draft_s + target_s
         step_s = self.clock.seconds(started, modelled)
         self.steps.add(now, step_s, r, verify_tokens + p, p, self.kv.used)
         return step_s
 
-    def _decode_round(self, plan: StepPlan, r: int, ctx: float, price) -> tuple[float, int]:
-        """Draft, schedule and verify one round of the batch's r requests into `plan`:
-        the drafter's (and a synchronous scheduler's) seconds and the verify pass's tokens."""
+    def _decode_round(
+        self, plan: StepPlan, r: int, ctx: float, price: StepPrice, penalty: float
+    ) -> tuple[float, float, int]:
+        """Draft, schedule and verify one round of the batch's r requests into `plan`: the
+        drafter's (and a synchronous scheduler's) seconds, the target pass's, which pays
+        (1 + penalty) when the round's lengths are ragged (`ragged`), and its verify tokens."""
         ids = self.ids
         conf, truth = self.backend.draw(ids, self.rng)
         draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price) if self.drafts else 0.0
         if self.synchronous:  # the verify pass waits for the host's schedule
             draft_s += self.cfg.sched.seconds(r)
-        lengths = self.policy.lengths(conf, StepRate(price, draft_s), truth)
+        lengths = self.policy.lengths(conf, StepRate(price, draft_s, penalty), truth)
         emitted, accepted, stop = self.backend.verify(ids, lengths, truth)
         if self.observe is not None:
             self.observe(lengths, accepted)
         plan.lengths, plan.emitted, plan.accepted, plan.stop = lengths, emitted, accepted, stop
-        return draft_s, r + total(lengths)
+        verify_tokens = r + total(lengths)
+        if penalty and ragged(lengths, self.left):
+            self.ragged_steps += 1
+            return draft_s, price.ragged(verify_tokens, penalty), verify_tokens
+        return draft_s, price(verify_tokens), verify_tokens
 
     def commit(self, end: float) -> None:
         """End the planned step at time `end`: emit its tokens, finish and move requests."""

@@ -3,18 +3,20 @@ step-time model; profiles/README.md, Engine presets).
 
 A preset is the engine's step terms (`StepOverhead`: per step, per layer, per MoE layer, per
 sequence, per sampled token; fitted on published end-to-end runs of that engine, or a stated
-prior where its runs cannot pin a term) plus its scheduling behaviour where engines differ:
-whether a prefill chunk shares a step with decode work, and the step's token budget. The
-terms come from `engine_fit` (deterministic, computed when first asked for), so a sidecar's
-numbers are always the fit's.
+prior where its runs cannot pin a term), its speculative round cost (`SpecRound`, fitted on
+published speculative runs, `round_fit`), the penalty on a step whose verify lengths differ
+between requests (`RAGGED`, a prior) and its scheduling behaviour where engines differ: whether
+a prefill chunk shares a step with decode work, and the step's token budget. The terms come
+from `engine_fit` and `round_fit` (deterministic, computed when first asked for), so a
+sidecar's numbers are always the fits'.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from dsim.errors import InputError
-from dsim.hardware.gpu_model import StepOverhead
+from dsim.hardware.gpu_model import SpecRound, StepOverhead
 
 DEFAULT_ENGINE = "vllm"
 
@@ -57,6 +59,32 @@ class Scheduling:
 
 
 @dataclass(frozen=True)
+class Ragged:
+    """The multiplier (1 + penalty) on the target pass of a step whose requests verify
+    different lengths (docs/design.md, Ragged verify lengths): a prior, with its source."""
+
+    penalty: float
+    low: float
+    high: float
+    source: str
+
+
+RAGGED_PRIOR = Ragged(
+    round(1 / 0.84 - 1, 4),
+    0.0,
+    round(1 / 0.84 - 1, 4),
+    "vLLM falls back from full to piecewise CUDA graphs when speculation changes the verify "
+    "length at run time: -16% single-stream decode throughput measured (MTP k=2, "
+    "Qwen3.5-122B-A10B, GB10; vllm-project/vllm issues 49547 and 49548), i.e. steps 1/0.84 = "
+    "1.19x. Range 0 (an engine that keeps a graph per ragged shape; on H100 full and "
+    "piecewise graphs were on par for an 8B EAGLE drafter, vllm-project/vllm pull 21477) to "
+    "the measured 0.19, which a bandwidth-poor GB10 makes unusually visible",
+)
+NO_RAGGED = Ragged(0.0, 0.0, 0.0, "no CUDA graphs to fall back from")
+BORROWED = "borrowed from sglang (this engine has no speculative row)"
+
+
+@dataclass(frozen=True)
 class Engine:
     """One preset: its name, what it stands for, the version fitted on, terms and scheduling."""
 
@@ -65,9 +93,13 @@ class Engine:
     fitted_on: str
     terms: StepOverhead
     scheduling: Scheduling
+    spec_round: SpecRound = SpecRound()
+    spec_round_source: str = "none (no speculative machinery priced)"
+    ragged: Ragged = NO_RAGGED
 
     def record(self, scale: float = 1.0) -> dict:
-        """What a profile sidecar says about the engine (terms as charged, after `scale`)."""
+        """What a profile sidecar says about the engine (terms as charged, after `scale`).
+        A run reads `spec_round.terms_s` and `ragged.penalty` from here (`run_inputs`)."""
         return {
             "name": self.name,
             "description": self.description,
@@ -76,6 +108,12 @@ class Engine:
             "terms_s": asdict(self.terms.scaled(scale)),
             "fitted_terms_s": asdict(self.terms),
             "scheduling": asdict(self.scheduling),
+            "spec_round": {
+                "terms_s": asdict(self.spec_round.scaled(scale)),
+                "fitted_terms_s": asdict(self.spec_round),
+                "source": self.spec_round_source,
+            },
+            "ragged": asdict(self.ragged) | {"penalty": self.ragged.penalty * scale},
         }
 
 
@@ -108,7 +146,7 @@ def names() -> str:
 
 def get_engine(name: str, gpu: str | None = None) -> Engine:
     """The preset of `name` on `gpu` (InputError listing the names when unknown)."""
-    from dsim.hardware import engine_fit, gpu_fit
+    from dsim.hardware import engine_fit, gpu_fit, round_fit
 
     key = name.lower()
     if key not in ENGINES:
@@ -129,8 +167,13 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
         )
         return Engine(key, description, "vLLM 2023 (Splitwise)", gpu_fit.step_overhead(), sched)
     fit = engine_fit.presets()
+    borrowed = replace(RAGGED_PRIOR, source="vLLM's prior, borrowed: " + RAGGED_PRIOR.source)
+    spec = dict(spec_round=round_fit.spec_round(), ragged=borrowed)
     if key == "vllm":
-        return Engine(key, description, "vLLM 0.8.4 (V1)", fit["vllm"], _vllm_scheduling(gpu))
+        return Engine(
+            key, description, "vLLM 0.8.4 (V1)", fit["vllm"], _vllm_scheduling(gpu),
+            spec_round=spec["spec_round"], ragged=RAGGED_PRIOR, spec_round_source=BORROWED,
+        )  # fmt: skip
     if key == "sglang":
         sched = Scheduling(
             False,
@@ -141,7 +184,11 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
             "scheduler.get_next_batch_to_run tries a prefill batch first); chunked_prefill_size "
             "8192 on H200 (the fitted runs' log)",
         )
-        return Engine(key, description, "SGLang 0.4.4-0.4.5.post3", fit["sglang"], sched)
+        return Engine(
+            key, description, "SGLang 0.4.4-0.4.5.post3", fit["sglang"], sched, **spec,
+            spec_round_source="fitted on SGLang's EAGLE-3 and MTP rows "
+            "(experiments/engines/spec_rules.md)",
+        )  # fmt: skip
     sched = Scheduling(
         True,
         8192,
@@ -150,5 +197,6 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
         "max_num_tokens defaults to 8192",
     )
     return Engine(
-        key, description, "NVIDIA NIM 1.8.0 (TensorRT-LLM presumed)", fit["trtllm"], sched
-    )
+        key, description, "NVIDIA NIM 1.8.0 (TensorRT-LLM presumed)", fit["trtllm"], sched,
+        **spec, spec_round_source=BORROWED,
+    )  # fmt: skip

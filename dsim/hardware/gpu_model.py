@@ -95,6 +95,25 @@ class StepOverhead:
         return fixed + self.per_seq_s * r + self.per_token_s * n
 
 
+@dataclass(frozen=True)
+class SpecRound:
+    """An engine's speculative machinery per round, beyond the target's verify pass and the
+    drafter's passes (rejection sampling, proposer state, variable-length metadata, host syncs
+    between drafter passes): fixed per round plus per drafter pass (an engine preset's terms,
+    `dsim/hardware/round_fit.py`)."""
+
+    per_round_s: float = 0.0
+    per_pass_s: float = 0.0
+
+    def scaled(self, factor: float) -> SpecRound:
+        """Both terms times `factor` (`--overhead-scale`)."""
+        return SpecRound(*(factor * v for v in astuple(self)))
+
+    def seconds(self, passes: int) -> float:
+        """The cost of one round whose drafter makes `passes` passes."""
+        return self.per_round_s + self.per_pass_s * passes
+
+
 class AllReduce:
     """All-reduce time `latency + size / bandwidth` per GPU count, fitted on measured NCCL
     times (a straight line, so step costs stay monotone in the batch despite table noise)."""

@@ -131,6 +131,30 @@ def engine_label(path: str | Path) -> str:
     return str(engine["name"]) + ("" if scale == 1 else f" x {scale:g}")
 
 
+def spec_costs(path: str | Path) -> tuple[tuple[float, float], float]:
+    """An estimate's engine speculative costs from its sidecar: ((per_round_s, per_pass_s),
+    ragged penalty); zeros where the sidecar records none (a measurement, an older estimate,
+    `vllm-2023`), so those profiles run as before."""
+    engine = profile_metadata(path).get("engine")
+    if not isinstance(engine, dict):
+        return (0.0, 0.0), 0.0
+    side = Path(path).with_suffix(".json")
+    spec = engine.get("spec_round", {})
+    terms = spec.get("terms_s", {}) if isinstance(spec, dict) else None
+    ragged = engine.get("ragged", {})
+    penalty = ragged.get("penalty", 0.0) if isinstance(ragged, dict) else None
+    values = [
+        terms.get(k, 0.0) if isinstance(terms, dict) else None
+        for k in ("per_round_s", "per_pass_s")
+    ]
+    for name, v in zip(
+        ("per_round_s", "per_pass_s", "ragged penalty"), [*values, penalty], strict=True
+    ):
+        if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < np.inf):
+            raise InputError(side, None, f"engine {name}: expected a number >= 0, got {v!r}")
+    return (float(values[0]), float(values[1])), float(penalty)
+
+
 def gpu_figures(sidecar: dict[str, Any], replicas: int, throughput_tok_s: float) -> dict[str, Any]:
     """GPUs per replica (an estimate's sidecar says how many GPUs one step runs on), GPUs in
     total and output throughput per GPU; None where the sidecar does not say (a measurement)."""
@@ -383,6 +407,17 @@ class StepPrice:
             return self.p
         return self._with_prefill(self.verify(verify_tokens))
 
+    def ragged(self, verify_tokens: Any, penalty: float) -> Any:
+        """`self(B)` with the target's verify pass times (1 + penalty): a step whose requests
+        verify different lengths (an unfused step's own prefill pass is not multiplied)."""
+        v = self.verify(verify_tokens) * (1.0 + penalty)
+        return self._with_prefill(v) if self.prefill_tokens else v
+
+    def ragged_span(self, start: int, stop: int, penalty: float) -> np.ndarray:
+        """`ragged` at B = start..stop-1 (`span`'s table slices)."""
+        v = self.model._floored(self.section.span(start, stop)) * (1.0 + penalty)
+        return self._with_prefill(v) if self.prefill_tokens else v
+
     def _with_prefill(self, v: Any) -> Any:
         """The step's verify latency `v` plus its prefill pass, less what a fused step shares."""
         if isinstance(v, float):
@@ -392,18 +427,32 @@ class StepPrice:
 
 class StepRate:
     """SPS(B) = 1 / (extra_s + price(B)): steps per second of a round that verifies B tokens,
-    the step's drafter and scheduling seconds `extra_s` included (what the policies weigh);
-    `span(start, stop)` gives B = start..stop-1 without building and gathering an index."""
+    the step's drafter, speculative machinery and scheduling seconds `extra_s` included (what
+    the policies weigh); `span(start, stop)` gives B = start..stop-1 without building and
+    gathering an index. Under a `ragged_penalty` (the penalty this step pays if its requests
+    verify different lengths; 0 when it cannot pay one) SPS(B) is a ragged round's and
+    `uniform(B)`, `uniform_span` a round whose requests all verify the same length."""
 
-    __slots__ = ("price", "extra_s")
+    __slots__ = ("price", "extra_s", "ragged_penalty")
 
-    def __init__(self, price: StepPrice, extra_s: float) -> None:
-        self.price, self.extra_s = price, extra_s
+    def __init__(self, price: StepPrice, extra_s: float, ragged_penalty: float = 0.0) -> None:
+        self.price, self.extra_s, self.ragged_penalty = price, extra_s, ragged_penalty
 
     def __call__(self, batch_tokens: Any) -> Any:
+        if self.ragged_penalty:
+            return 1.0 / (self.extra_s + self.price.ragged(batch_tokens, self.ragged_penalty))
         return 1.0 / (self.extra_s + self.price(batch_tokens))
 
     def span(self, start: int, stop: int) -> np.ndarray:
+        if self.ragged_penalty:
+            ragged = self.price.ragged_span(start, stop, self.ragged_penalty)
+            return 1.0 / (self.extra_s + ragged)
+        return 1.0 / (self.extra_s + self.price.span(start, stop))
+
+    def uniform(self, batch_tokens: Any) -> Any:
+        return 1.0 / (self.extra_s + self.price(batch_tokens))
+
+    def uniform_span(self, start: int, stop: int) -> np.ndarray:
         return 1.0 / (self.extra_s + self.price.span(start, stop))
 
 

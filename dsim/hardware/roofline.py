@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.hardware import engine_fit, gpu_fit, zoo
+from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
 from dsim.hardware.engines import DEFAULT_ENGINE, get_engine
 from dsim.hardware.gpu_model import get_gpu, sampled_tokens, step_parts, step_time
@@ -31,7 +31,10 @@ FORMULA = (
     "bytes and score/value flops; 2 all-reduces of B*hidden*2 bytes (measured NCCL table)] + "
     "LM head on the tokens needing logits + overhead_scale * engine terms (per_step_s + "
     "per_layer_s*layers + per_moe_layer_s*moe_layers + per_seq_s*R + per_token_s*sampled "
-    "tokens); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W)"
+    "tokens); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W). Not in the rows, applied by "
+    "the run from engine.spec_round and engine.ragged: a drafting round adds per_round_s + "
+    "per_pass_s*drafter passes; a decode-only step whose requests verify different lengths "
+    "pays (1 + ragged penalty) x its target pass"
 )
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
 SEQS = tuple(2**i for i in range(10))  # 1..512
@@ -215,6 +218,7 @@ def roofline_profile(
         "breakdown_ms": breakdown,
         "calibration": gpu_fit.record(),
         "engine_fit": engine_fit.record(),
+        "round_fit": round_fit.record(),
         "grid": {
             "verify": "num_seqs R in 1..512 (powers of 2) x 1..8 tokens each x context_len",
             "prefill": "batch_tokens P over num_seqs prompts, chunks of P/num_seqs ending at "

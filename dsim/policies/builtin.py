@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dsim.policies.protocol import SPS, sps_at, sps_span
+from dsim.policies.protocol import SPS, sps_span, uniform_at
 from dsim.policies.schedule import (
     candidates,
     dspark_lengths,
@@ -119,7 +119,7 @@ class Goodput:
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray) -> np.ndarray:
         r, gamma = conf.shape
         tau = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(self.acceptance(gamma)))])
-        speed = tau * sps_at(sps, r * (1 + np.arange(gamma + 1)))
+        speed = tau * uniform_at(sps, r * (1 + np.arange(gamma + 1)))
         ok = speed >= self.sla_tps if self.sla_tps is not None else np.ones(gamma + 1, bool)
         theta = np.where(ok if ok.any() else True, speed, -np.inf)
         return np.full(r, int(np.argmax(theta)), dtype=np.int64)

@@ -67,3 +67,14 @@ def sps_span(sps: SPS, start: int, stop: int) -> np.ndarray:
         return sps[start:stop]
     span = getattr(sps, "span", None)
     return span(start, stop) if span else sps_at(sps, np.arange(start, stop))
+
+
+def ragged_penalty(sps: SPS) -> float:
+    """The penalty a round with different lengths per request pays in this step (0: none)."""
+    return float(getattr(sps, "ragged_penalty", 0.0))
+
+
+def uniform_at(sps: SPS, b: np.ndarray) -> np.ndarray:
+    """SPS at token counts `b` of a round whose requests all verify the same length."""
+    uniform = getattr(sps, "uniform", None)
+    return np.asarray(uniform(b), dtype=np.float64) if uniform else sps_at(sps, b)

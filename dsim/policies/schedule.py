@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsim.policies.protocol import SPS, sps_span
+from dsim.policies.protocol import SPS, ragged_penalty, sps_span, uniform_at
 
 
 def _first(mask: np.ndarray, default: int) -> int:
@@ -118,13 +118,56 @@ def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> 
 
     Admits candidates in descending survival while the expected throughput tau * SPS(B) strictly
     improves and (with an SLA) no request meeting it falls below; the first failure stops the
-    search, which keeps decoding lossless.
+    search, which keeps decoding lossless. Where the step would pay a ragged verify penalty and
+    a uniform round is forecast to do better (`uniform_forecast`), whole levels instead
+    (`uniform_level`): every request the same length.
     """
     r = conf.shape[0]
+    if ragged_penalty(sps) and uniform_forecast(conf, sps):
+        return np.full(r, uniform_level(conf, sps, sla_tps), dtype=np.int64)
     rows, survival = candidates(conf)
     speed, theta = throughput(sps, r, survival)
     k = _first(theta[1:] <= theta[:-1], len(survival))  # the first admission that does not gain
     return to_lengths(rows[: sla_stop(rows, survival, r, k, speed, sla_tps)], r)
+
+
+def _levels(conf: np.ndarray, sps: SPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uniform rounds l = 0..gamma: each request's tau_r(l) (R x gamma+1), the rate at the
+    uniform price and the expected throughput sum_r tau_r(l) * SPS(R (1 + l))."""
+    r, gamma = conf.shape
+    survival = conf.cumprod(axis=1)
+    survival = np.where(survival > 0, survival, 0.0)  # NaN and negatives count as nothing
+    tau = 1.0 + np.concatenate([np.zeros((r, 1)), survival.cumsum(axis=1)], axis=1)
+    speed = uniform_at(sps, r * (1 + np.arange(gamma + 1)))
+    return tau, speed, tau.sum(axis=0) * speed
+
+
+def uniform_level(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> int:
+    """Algorithm 1 over whole levels: every request verifies draft l while the expected
+    throughput at the uniform price strictly improves and (with an SLA) no request meeting it
+    falls below. Level l's admission depends on drafts 1..l only: a prefix rule."""
+    tau, speed, theta = _levels(conf, sps)
+    level = _first(theta[1:] <= theta[:-1], conf.shape[1])
+    if sla_tps is not None and level:
+        meets = tau[:, : level + 1] * speed[: level + 1] >= sla_tps
+        level = _first((meets[:, :-1] & ~meets[:, 1:]).any(axis=0), level)
+    return level
+
+
+def uniform_forecast(conf: np.ndarray, sps: SPS) -> bool:
+    """Whether a uniform round is forecast to beat a ragged one under this step's penalty.
+
+    The forecast reads only the first drafts' confidences (survival a_{r,j} = c_{r,1}^j), so
+    the choice of mode depends on nothing a draft's own value could move: each draft's
+    verification still depends on drafts up to it alone (docs/design.md, Ragged verify)."""
+    gamma = conf.shape[1]
+    first = np.where(conf[:, :1] > 0, conf[:, :1], 0.0)
+    guess = np.repeat(first, gamma, axis=1)  # conditional confidences: c_{r,1} at every j
+    _, _, uniform = _levels(guess, sps)
+    rows, survival = candidates(guess)
+    _, theta = throughput(sps, guess.shape[0], survival)
+    k = _first(theta[1:] <= theta[:-1], len(survival))
+    return bool(uniform[_first(uniform[1:] <= uniform[:-1], gamma)] > theta[k])
 
 
 def global_capacity(conf: np.ndarray, sps: SPS) -> int:

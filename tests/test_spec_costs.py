@@ -1,0 +1,318 @@
+"""The engine's speculative costs: the round cost (per round, per drafter pass) and the ragged
+verify penalty, in the step the policies see and in the simulated step (docs/design.md, The
+step-time model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli, write_flat_profile
+
+from dsim.engine.config import DraftCost
+from dsim.engine.replica import ragged
+from dsim.errors import InputError
+from dsim.hardware import round_fit
+from dsim.hardware.engines import get_engine
+from dsim.hardware.gpu_model import SpecRound
+from dsim.hardware.latency import LatencyModel, StepRate, spec_costs
+from dsim.policies.check import check_property
+from dsim.policies.registry import parse_policy
+from dsim.policies.schedule import dspark_lengths
+from dsim.run import simulate
+from dsim.run_spec import RunSpec
+
+TRACE = "synthetic:rate=40,n=40,prompt=200,output=120"
+ALTERNATING = """
+import numpy as np
+class Alternating:
+    drafts = True
+    synchronous = False
+    def __init__(self, sla_tps=None):
+        pass
+    def lengths(self, conf, sps, truth):
+        return np.arange(conf.shape[0]) % 2
+"""
+
+
+def profile(tmp_path, per_round=0.0, per_pass=0.0, penalty=0.0, name="flat"):
+    """A flat 10 ms profile whose sidecar carries an engine's speculative terms."""
+    path = write_flat_profile(tmp_path / f"{name}.csv", 10.0)
+    engine = {
+        "name": "test",
+        "spec_round": {"terms_s": {"per_round_s": per_round, "per_pass_s": per_pass}},
+        "ragged": {"penalty": penalty},
+    }
+    path.with_suffix(".json").write_text(json.dumps({"estimate": True, "engine": engine}))
+    return str(path)
+
+
+def run(prof, **kw):
+    base = dict(trace=TRACE, profile=prof, acceptance="iid:0.7", draft_cost="0", sched_cost="0")
+    return simulate(RunSpec(**{**base, **kw}))
+
+
+def decode_only(steps):
+    return (steps.prefill_tokens == 0) & (steps.num_running > 0)
+
+
+# -- the round cost --------------------------------------------------------------------------
+@pytest.mark.parametrize(("kind", "passes"), [("ar", 3), ("block", 1), ("mtp1", 1)])
+def test_draft_cost_adds_per_round_and_per_pass(kind, passes):
+    """Closed form: passes x ratio x the target's pass + per_round + per_pass x passes."""
+    latency = LatencyModel(pd.DataFrame({"batch_tokens": [1, 64], "context_len": 0,
+                                         "latency_ms": [10.0, 10.0]}))  # fmt: skip
+    terms = SpecRound(0.002, 0.0005)
+    cost = DraftCost(ratio=0.1, kind=kind, spec_round=terms)
+    assert cost.seconds(4, 3, 0.0, latency) == pytest.approx(passes * (0.001 + 0.0005) + 0.002)
+    free = DraftCost(ratio=0.0, kind=kind, spec_round=terms)
+    assert free.seconds(4, 3, 0.0, latency) == pytest.approx(0.002 + 0.0005 * passes)
+
+
+@pytest.mark.parametrize(("kind", "expected_ms"), [("ar", 15.0), ("block", 13.0)])
+def test_every_drafting_decode_step_pays_the_round_cost(tmp_path, kind, expected_ms):
+    """Flat 10 ms step, 2 ms a round + 1 ms a pass: gamma 3 ar passes 15 ms, one block pass
+    13 ms; `ar` (no drafter) pays nothing."""
+    prof = profile(tmp_path, per_round=0.002, per_pass=0.001)
+    steps = run(prof, policy="fixed:3", gamma=3, drafter_kind=kind).steps
+    np.testing.assert_allclose(steps.latency_s[decode_only(steps)], expected_ms / 1e3)
+    plain = run(prof, policy="ar").steps
+    np.testing.assert_allclose(plain.latency_s[decode_only(plain)], 0.010)
+
+
+def test_the_policies_see_the_round_cost_in_sps(tmp_path):
+    """SPS(B) = 1 / (drafter + machinery + step): the engine hands the cost to the policy."""
+    prof = profile(tmp_path, per_round=0.004, per_pass=0.0)
+    seen = []
+
+    class Spy:
+        drafts, synchronous = True, False
+
+        def lengths(self, conf, sps, truth):
+            seen.append(float(sps(conf.shape[0])))
+            return np.zeros(conf.shape[0], np.int64)
+
+    from dsim.run_inputs import resolve
+
+    inputs = resolve(RunSpec(trace=TRACE, profile=prof, acceptance="iid:0.7", draft_cost="0"))
+    price = inputs.engine.profile.latency.priced(3, 100.0)
+    draft = inputs.engine.draft_cost.seconds(3, 7, 100.0, price)
+    assert draft == pytest.approx(0.004)
+    assert float(StepRate(price, draft)(3)) == pytest.approx(1 / 0.014)
+    assert Spy().lengths(np.zeros((3, 7)), StepRate(price, draft), None).sum() == 0
+    assert seen == [pytest.approx(1 / 0.014)]
+
+
+def test_old_sidecars_price_nothing(tmp_path):
+    """A profile without a sidecar, or one without the new entries, runs as before."""
+    bare = write_flat_profile(tmp_path / "bare.csv", 10.0)
+    assert spec_costs(bare) == ((0.0, 0.0), 0.0)
+    bare.with_suffix(".json").write_text(json.dumps({"estimate": True, "engine": {"name": "x"}}))
+    assert spec_costs(bare) == ((0.0, 0.0), 0.0)
+    a = run(str(bare), policy="dspark")
+    b = run(profile(tmp_path, name="zeros"), policy="dspark")
+    assert a.requests.equals(b.requests)
+
+
+def test_presets_terms_and_borrowing():
+    """SGLang's fitted terms are >= 0 and vLLM and TensorRT-LLM borrow them; the 2023 preset
+    and GPU-only have none, so their profiles run as before."""
+    sglang = get_engine("sglang")
+    assert sglang.spec_round.per_round_s >= 0 and sglang.spec_round.per_pass_s > 0
+    for name in ("vllm", "trtllm"):
+        engine = get_engine(name)
+        assert engine.spec_round == sglang.spec_round and "borrowed" in engine.spec_round_source
+        assert engine.record()["ragged"]["penalty"] == pytest.approx(1 / 0.84 - 1, abs=1e-4)
+    for name in ("vllm-2023", "gpu-only"):
+        engine = get_engine(name)
+        assert engine.spec_round == SpecRound() and engine.ragged.penalty == 0.0
+    scaled = get_engine("vllm").record(0.5)
+    assert scaled["spec_round"]["terms_s"]["per_pass_s"] == pytest.approx(
+        0.5 * sglang.spec_round.per_pass_s
+    )
+
+
+def test_the_round_fit_reads_the_rules():
+    """The tree row: 64 verify tokens, 8 passes of 8 tokens; MTP: 1 + k tokens, k passes; the
+    measured round is AL / speed-up plain steps; the leave-one-out refits on two rows."""
+    table = round_fit.round_table().set_index("row")
+    assert table.loc[18, ["verify_per_seq", "passes", "pass_per_seq"]].tolist() == [64, 8, 8]
+    assert table.loc[19, ["verify_per_seq", "passes"]].tolist() == [4, 3]
+    np.testing.assert_allclose(
+        table["measured_round_s"], table["accept_len"] / table["speedup"] * table["plain_s"]
+    )
+    loo = round_fit.leave_one_out()["rows"]
+    assert len(loo) == 3 and all(r["fold_terms_s"]["per_pass_s"] >= 0 for r in loo)
+
+
+# -- the ragged penalty ----------------------------------------------------------------------
+def test_ragged_rule_uniform_ragged_and_capped_rows():
+    left = np.array([50, 50, 50])
+    assert not ragged(np.array([3, 3, 3]), left)
+    assert ragged(np.array([3, 1, 3]), left)
+    assert ragged(np.array([0, 2, 0]), left)
+    assert not ragged(np.array([3, 3, 1]), np.array([50, 50, 2]))  # the last at its cap
+    assert not ragged(np.array([3, 3, 7]), np.array([50, 50, 4]))  # the last beyond it
+    assert not ragged(np.array([5]), np.array([50]))
+    assert not ragged(np.array([1, 4]), np.array([2, 3]))  # every row at its cap
+
+
+def test_step_price_with_the_penalty_closed_form():
+    model = LatencyModel(
+        pd.DataFrame(
+            {
+                "batch_tokens": [1, 100],
+                "num_seqs": [1, 1],
+                "context_len": 0,
+                "latency_ms": [10.0, 20.0],
+            }  # fmt: skip
+        )
+    )
+    price = model.priced(1, 0.0)
+    b = 12
+    assert price.ragged(b, 0.5) == pytest.approx(1.5 * price(b))
+    rate = StepRate(price, 0.003, 0.5)
+    assert rate(b) == pytest.approx(1 / (0.003 + 1.5 * price(b)))
+    assert rate.uniform(b) == pytest.approx(1 / (0.003 + price(b)))
+    np.testing.assert_allclose(rate.span(5, 9), 1 / (0.003 + 1.5 * price(np.arange(5, 9))))
+    unfused = model.priced(1, 0.0, 64, 1, 64.0, fused=False)
+    assert unfused.ragged(b, 0.5) == pytest.approx(1.5 * price(b) + model.prefill(64, 1, 64.0))
+
+
+def test_ragged_decode_steps_pay_and_fused_prefill_steps_do_not(tmp_path):
+    """Flat 10 ms, penalty 0.5: a decode-only step whose lengths differ costs 15 ms; a fused
+    step with prefill costs what it did; uniform lengths never pay."""
+    plugin = tmp_path / "alt.py"
+    plugin.write_text(ALTERNATING)
+    prof = profile(tmp_path, penalty=0.5)
+    steps = run(prof, policy=f"{plugin}:Alternating", gamma=3).steps
+    dec = decode_only(steps)
+    paid = np.isclose(steps.latency_s, 0.015)
+    assert np.isclose(steps.latency_s[dec & ~paid], 0.010).all()
+    assert (steps.num_running[paid] >= 2).all()
+    many = dec & (steps.num_running >= 2)
+    assert paid[many].mean() > 0.9  # all but rounds with rows at their cap
+    assert np.isclose(steps.latency_s[steps.prefill_tokens > 0], 0.010).all()
+    uniform = run(prof, policy="fixed:1", gamma=3).steps
+    assert np.isclose(uniform.latency_s[decode_only(uniform)], 0.010).all()
+
+
+def test_an_unfused_step_with_prefill_pays_on_its_verify_pass(tmp_path):
+    plugin = tmp_path / "alt.py"
+    plugin.write_text(ALTERNATING)
+    prof = profile(tmp_path, penalty=0.5)
+    steps = run(prof, policy=f"{plugin}:Alternating", gamma=3, fused_prefill=False).steps
+    mixed = (steps.prefill_tokens > 0) & (steps.num_running >= 2)
+    assert mixed.any() and np.isclose(steps.latency_s[mixed], 0.025).mean() > 0.9
+
+
+def test_the_option_overrides_the_sidecar(tmp_path):
+    plugin = tmp_path / "alt.py"
+    plugin.write_text(ALTERNATING)
+    prof = profile(tmp_path, penalty=0.5)
+    steps = run(prof, policy=f"{plugin}:Alternating", gamma=3, ragged_penalty=0.0).steps
+    assert np.isclose(steps.latency_s[decode_only(steps)], 0.010).all()
+
+
+class Penalised:
+    """An SPS (table or function of B) under a ragged penalty, as the engine hands it over
+    (`StepRate`)."""
+
+    def __init__(self, sps, penalty):
+        table = np.asarray(sps, np.float64) if not callable(sps) else None
+        self.base = sps if table is None else (lambda b: table[np.asarray(b)])
+        self.ragged_penalty = penalty
+
+    def uniform(self, b):
+        return np.asarray(self.base(b), np.float64)
+
+    def __call__(self, b):
+        return 1.0 / ((1.0 + self.ragged_penalty) / self.uniform(b))
+
+    def span(self, start, stop):
+        return self(np.arange(start, stop))
+
+
+def test_dspark_goes_uniform_when_the_penalty_is_large():
+    """The same confidences: ragged lengths without a penalty, uniform ones under a large one
+    (the forecast from first drafts prefers whole levels), and not all zero."""
+    rng = np.random.default_rng(5)
+    conf = np.concatenate([rng.uniform(0.9, 0.99, (4, 6)), rng.uniform(0.2, 0.5, (4, 6))])
+    table = 1.0 / (0.010 + 0.00002 * np.arange(200))  # memory-bound: B is nearly free
+    free = dspark_lengths(conf, Penalised(table, 0.0))
+    assert len(set(free.tolist())) > 1
+    heavy = dspark_lengths(conf, Penalised(table, 3.0))
+    assert len(set(heavy.tolist())) == 1 and heavy[0] > 0
+
+
+def test_dspark_in_the_engine_goes_uniform_under_a_large_penalty(tmp_path):
+    """Through the engine, on a profile where each verify token costs 0.3 ms over 10 ms: with
+    penalty 5 dspark's decode steps stop paying it (uniform lengths, every step at the
+    profile's price); with 0 the same run's lengths are mostly ragged."""
+    prof = profile(tmp_path, penalty=5.0)
+    b = np.array([1, 8, 64, 512, 4096])
+    pd.DataFrame({"batch_tokens": b, "context_len": 0, "latency_ms": 10 + 0.3 * (b - 1)}).to_csv(
+        prof, index=False
+    )
+    heavy = run(prof, policy="dspark", acceptance="preset:dspark:chat").steps
+    dec = decode_only(heavy) & (heavy.num_running >= 2)
+    priced = (10 + 0.3 * (heavy.batch_tokens[dec] - 1)) / 1e3
+    assert np.isclose(heavy.latency_s[dec], priced).mean() > 0.95
+    assert ((heavy.batch_tokens[dec] % heavy.num_running[dec]) == 0).mean() > 0.95
+    free = run(prof, policy="dspark", acceptance="preset:dspark:chat", ragged_penalty=0.0).steps
+    dec0 = decode_only(free) & (free.num_running >= 2)
+    assert ((free.batch_tokens[dec0] % free.num_running[dec0]) != 0).mean() > 0.5
+
+
+@pytest.mark.parametrize("penalty", [0.01, 0.7])  # about half, and nearly all, rounds uniform
+@pytest.mark.parametrize("spec", ["dspark", "dspark-async", "goodput", "threshold:0.5"])
+def test_lossless_under_a_penalty(spec, penalty):
+    """The losslessness property (dsim/policies/check.py) with every SPS penalised."""
+
+    def make(sla_tps):
+        class Wrapped:  # holds its policy, so the checker's deep copy copies its state
+            drafts, synchronous = True, True
+
+            def __init__(self):
+                self.inner = parse_policy(spec, sla_tps)
+                if hasattr(self.inner, "observe"):
+                    self.observe = lambda lengths, accepted: self.inner.observe(lengths, accepted)
+
+            def lengths(self, conf, sps, truth):
+                return self.inner.lengths(conf, Penalised(sps, penalty), truth)
+
+        return Wrapped()
+
+    runs, found = check_property(make, trials=6)
+    assert found is None and runs > 0
+
+
+# -- bad input -------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["-0.1", "11", "nan"])
+def test_a_penalty_out_of_range_is_one_line(monkeypatch, capsys, tmp_path, bad):
+    out = tmp_path / "o"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", "synthetic:n=5", "--ragged-penalty", bad,
+        "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "ragged-penalty" in err and not out.exists()
+
+
+def test_a_bad_sidecar_penalty_is_one_line(monkeypatch, capsys, tmp_path):
+    prof = profile(tmp_path, penalty=-1)
+    with pytest.raises(InputError, match="ragged penalty"):
+        spec_costs(prof)
+    code, _, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", "synthetic:n=5", "--profile", prof, "--no-progress"
+    )
+    assert code == 2 and err.count("\n") == 1 and "flat.json" in err
+
+
+def test_the_penalty_is_part_of_a_sweep_key(tmp_path):
+    from dsim.pareto.sweep import point_key
+
+    prof = profile(tmp_path, penalty=0.5)
+    keys = {point_key(RunSpec(trace=TRACE, profile=prof, ragged_penalty=p)) for p in (None, 0, 2)}
+    assert len(keys) == 3

@@ -281,7 +281,7 @@ def _percentile(values: list[float], p: float) -> float:
 
 @contextmanager
 def attention_kernels(device: torch.device, allow_math: bool) -> Iterator[None]:
-    """On CUDA, attention only through fused kernels (flash, memory-efficient, cuDNN), unless
+    """On CUDA, attention only through the flash or memory-efficient kernels, unless
     `allow_math`: a step that none of them takes fails, rather than silently timing the math
     path's materialised scores."""
     if device.type != "cuda" or allow_math:
@@ -290,7 +290,7 @@ def attention_kernels(device: torch.device, allow_math: bool) -> Iterator[None]:
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
     with sdpa_kernel(fused):
         yield
 
@@ -379,7 +379,7 @@ def profile_serving(
     rows = [{**row, "device": device_label(dev), "model": name, "dtype": dtype} for row in rows]
     settings = dict(dtype=dtype, repeats=repeats, warmup=warmup, command=command)
     settings["attention_kernels"] = (
-        "fused only (flash, memory-efficient, cuDNN)"
+        "fused only (flash, memory-efficient)"
         if dev.type == "cuda" and not allow_math
         else "any (math allowed)"
     )

@@ -21,8 +21,8 @@ from dsim.hardware.latency import LatencyModel, read_profile
 from dsim.models.gpu_profile import (
     COLUMNS,
     Decoder,
-    Grid,
     Shape,
+    VerifyGrid,
     VerifyStep,
     causal_mask,
     gqa_attention,
@@ -158,7 +158,7 @@ def test_cpu_replay_is_the_step_function_called_eagerly():
 
 def test_timings_table_has_one_row_per_point_and_ordered_percentiles():
     model = Decoder(Shape.from_fields(TINY), torch.device("cpu"), torch.float32)
-    grid = Grid(seqs=(1, 3), tokens=(1, 2, 4), contexts=(0, 5))
+    grid = VerifyGrid(seqs=(1, 3), tokens=(1, 2, 4), contexts=(0, 5))
     rows, skipped = measure(model, grid, repeats=3, warmup=1)
     assert not skipped and len(rows) == grid.size == 12
     assert [
@@ -173,7 +173,7 @@ def test_timings_table_has_one_row_per_point_and_ordered_percentiles():
 
 def test_profile_is_a_dsim_profile_with_its_sidecar(tmp_path):
     out = tmp_path / "tiny.csv"
-    grid = Grid(seqs=(1, 2), tokens=(1, 2), contexts=(4, 8))
+    grid = VerifyGrid(seqs=(1, 2), tokens=(1, 2), contexts=(4, 8))
     profile_serving(
         TINY, "tiny", grid, out, device="cpu", dtype="float32", repeats=2, warmup=1,
         progress=lambda line: None,
@@ -190,7 +190,9 @@ def test_bad_config_and_dtype_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="model_type must be llama or qwen3"):
         Shape.from_fields({**TINY, "model_type": "qwen3_moe"})
     with pytest.raises(InputError, match="--dtype must be one of"):
-        profile_serving(TINY, "tiny", Grid((1,), (1,), (1,)), tmp_path / "x.csv", dtype="int8")
+        profile_serving(
+            TINY, "tiny", VerifyGrid((1,), (1,), (1,)), tmp_path / "x.csv", dtype="int8"
+        )
     assert not (tmp_path / "x.csv").exists()
 
 

@@ -254,7 +254,7 @@ def time_calls(call: Callable[[], Any], device: torch.device, repeats: int) -> l
 
 
 @dataclass(frozen=True)
-class Grid:
+class VerifyGrid:
     """Verify points: every R in `seqs` x q in `tokens` x C in `contexts`."""
 
     seqs: tuple[int, ...]
@@ -295,8 +295,9 @@ def attention_kernels(device: torch.device, allow_math: bool) -> Iterator[None]:
         yield
 
 
-def _time_point(model: Decoder, pool: KVPool, point: tuple[int, int, int], warmup: int,
-                repeats: int) -> list[float]:  # fmt: skip
+def _time_point(
+    model: Decoder, pool: KVPool, point: tuple[int, int, int], warmup: int, repeats: int
+) -> list[float]:
     """Seconds of each timed replay of one step (its graph is freed on return)."""
     step = VerifyStep(model, *point)
     replay = replayer(lambda: model.forward(pool, step), model.device, warmup)
@@ -314,9 +315,14 @@ def _row(point: tuple[int, int, int], seconds: list[float]) -> dict[str, Any]:
 
 
 def measure(
-    model: Decoder, grid: Grid, repeats: int = 10, warmup: int = 2, deadline_s: float = math.inf,
-    allow_math: bool = False, on_point: Callable[[int], None] = lambda done: None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    model: Decoder,
+    grid: VerifyGrid,
+    repeats: int = 10,
+    warmup: int = 2,
+    deadline_s: float = math.inf,
+    allow_math: bool = False,
+    on_point: Callable[[int], None] = lambda done: None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Timed rows (one per point: median, p10, p90 of `repeats` replays) and the points not
     timed (out of memory, no fused attention kernel, or past `deadline_s` seconds from now)."""
     stop = time.monotonic() + deadline_s
@@ -358,10 +364,20 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 
 
 def profile_serving(
-    fields: dict[str, Any], name: str, grid: Grid, out: str | Path, *, device: str = "cuda",
-    dtype: str = "bfloat16", repeats: int = 10, warmup: int = 2, deadline_s: float = math.inf,
-    allow_math: bool = False, command: str = "", progress: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:  # fmt: skip
+    fields: dict[str, Any],
+    name: str,
+    grid: VerifyGrid,
+    out: str | Path,
+    *,
+    device: str = "cuda",
+    dtype: str = "bfloat16",
+    repeats: int = 10,
+    warmup: int = 2,
+    deadline_s: float = math.inf,
+    allow_math: bool = False,
+    command: str = "",
+    progress: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
     """Measure the grid on random weights of the config `fields` and write the profile CSV
     (the standard columns: `dsim run --profile` reads it) and its NAME.json sidecar."""
     if dtype not in DTYPES:
@@ -390,7 +406,7 @@ def profile_serving(
     return rows
 
 
-def _sidecar(shape: Shape, name: str, grid: Grid, dev: torch.device) -> dict[str, Any]:
+def _sidecar(shape: Shape, name: str, grid: VerifyGrid, dev: torch.device) -> dict[str, Any]:
     """What the profile is, how it was measured, and what it leaves out."""
     how = (
         "captured as a CUDA graph and replayed; CUDA events around each replay"

@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
 from dsim.errors import InputError  # noqa: E402
-from dsim.models.gpu_profile import Grid, profile_serving  # noqa: E402
+from dsim.models.gpu_profile import VerifyGrid, profile_serving  # noqa: E402
 
 SEQS = "1,2,4,8,16,32,64,128,256"
 TOKENS = "1,2,3,4,5,6,7,8"
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(environment(args.device), flush=True)
         fields = json.loads(Path(args.config).read_text())
-        grid = Grid(ints(args.seqs, "--seqs"), ints(args.tokens, "--tokens"),
+        grid = VerifyGrid(ints(args.seqs, "--seqs"), ints(args.tokens, "--tokens"),
                     ints(args.contexts, "--contexts"))  # fmt: skip
         rows = profile_serving(
             fields, args.name, grid, args.out, device=args.device, dtype=args.dtype,

@@ -10,13 +10,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from dsim.errors import InputError
+
+if TYPE_CHECKING:  # Parquet's libraries load with the first table written: the rest of this
+    import pandas as pd  # module is stdlib-only (the GPU profile's device has no pandas)
 
 # Version of the layout of dsim's output tables and summary.json; bump it when a column or key
 # changes meaning or disappears (adding one does not need a bump).
@@ -69,6 +68,9 @@ def _strict(obj: Any) -> Any:
 def write_parquet(df: pd.DataFrame, path: str | Path) -> None:
     """A table as Parquet, atomically, stamped with the schema version in its key-value metadata
     (`dsim.schema_version`), so a reader can tell which layout of the columns it holds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.Table.from_pandas(df, preserve_index=False)
     stamp = {SCHEMA_KEY: str(SCHEMA_VERSION).encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stamp})

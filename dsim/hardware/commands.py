@@ -112,6 +112,13 @@ DRAFTER = typer.Option(
     "drafter pass, usable as --draft-cost CSV.",
     rich_help_panel=MEASURE,
 )
+DRAFT_MODEL = typer.Option(
+    None,
+    help="Estimate one pass of this drafter beside --model instead of the target's step: "
+    "eagle, eagle3, mtp or dspark; rows price a drafter pass, usable as --draft-cost FILE "
+    "with the --drafter-kind its sidecar names (eagle, eagle3, mtp: ar; dspark: block).",
+    rich_help_panel=ESTIMATE,
+)
 OUT = typer.Option(None, help="Output CSV (a NAME.json sidecar goes beside it).")
 
 
@@ -137,6 +144,7 @@ def profile(
     kv_dtype: str = KV_DTYPE,
     overhead_scale: float = OVERHEAD_SCALE,
     drafter: bool = DRAFTER,
+    draft_model: str = DRAFT_MODEL,
     out: Path = OUT,
 ) -> None:
     """Measure a profile (or estimate it with --roofline) and write CSV + JSON sidecar."""
@@ -147,10 +155,17 @@ def profile(
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
         if drafter:
-            raise InputError(None, None, "--drafter is not supported with --roofline")
+            raise InputError(
+                None, None, "--drafter is not supported with --roofline: estimate a drafter's "
+                "pass with --draft-model eagle|eagle3|mtp|dspark",
+            )  # fmt: skip
         options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, kv_dtype=kv_dtype)
-        _estimate(roofline, model, contexts, engine, out, command, options)
+        _estimate(roofline, model, contexts, engine, out, command, options, draft_model)
         return
+    if draft_model is not None:
+        raise InputError(
+            None, None, "--draft-model goes with --roofline GPU (a measured drafter: --drafter)"
+        )
     if engine is not None:
         raise InputError(None, None, "--engine goes with --roofline (a measurement has no preset)")
     from dsim.hardware.measure import Grid
@@ -168,16 +183,29 @@ def profile(
 
 def _estimate(
     gpu: str, model: str, contexts: str | None, engine: str | None, out: Path, command: str,
-    options: dict,
+    options: dict, draft_model: str | None = None,
 ) -> None:  # fmt: skip
-    """`--roofline GPU`: write the calibrated estimate under `engine` (the default if None)."""
+    """`--roofline GPU`: write the calibrated estimate of the target's step (or of a drafter's
+    pass, `draft_model`) under `engine` (the default if None)."""
     from dsim.hardware.roofline import CONTEXTS, write_roofline
 
     c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
     name = DEFAULT_ENGINE if engine is None else engine
-    df = write_roofline(gpu, model, out, c, command=command, engine=name, **options)
     chosen = f"engine {name}" + (" (the default)" if engine is None else "")
-    typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
+    if draft_model is None:
+        df = write_roofline(gpu, model, out, c, command=command, engine=name, **options)
+        typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
+        return
+    from dsim.hardware.draft_roofline import get_draft_model, write_drafter_roofline
+
+    kind = get_draft_model(draft_model).kind
+    df = write_drafter_roofline(
+        gpu, model, draft_model, out, command=command, contexts=c, engine=name, **options
+    )
+    typer.echo(
+        f"wrote {out} ({len(df)} drafter passes, calibrated GPU ESTIMATE, {chosen}; "
+        f"use: --draft-cost {out} --drafter-kind {kind})"
+    )
 
 
 def _measure(

@@ -31,18 +31,25 @@ class KVPool:
     """Keys and values of all live requests: (layers, 2, slots, kv_heads, capacity, head_dim).
 
     A request takes the lowest free slot, so the running batch covers a compact slot range
-    and attention reads the pool in place. Slots and capacity grow (by copying) on demand.
+    and attention reads the pool in place. Slots and capacity grow (by copying) on demand, or
+    are reserved up front (`reserve`), as a serving engine preallocates its cache.
     """
 
-    def __init__(self, config, dtype: torch.dtype) -> None:
+    def __init__(self, config, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
         self.layers = int(config.num_hidden_layers)
         self.kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         )
-        self.kv = torch.empty(self.layers, 2, 0, self.kv_heads, 0, self.head_dim, dtype=dtype)
+        shape = (self.layers, 2, 0, self.kv_heads, 0, self.head_dim)
+        self.kv = torch.empty(shape, dtype=dtype, device=device)
         self.slot: dict[int, int] = {}
         self.lengths: dict[int, int] = {}
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """Allocate `slots` caches of `capacity` tokens now, so opening requests within them
+        never copies the pool (a captured CUDA graph keeps pointing at the same memory)."""
+        self._grow(slots, capacity)
 
     def open(self, rid: int, capacity: int) -> None:
         """An empty cache for request `rid` that can hold `capacity` tokens."""
@@ -74,7 +81,7 @@ class KVPool:
         shape[2] = max(slots, 2 * old.shape[2]) if slots > old.shape[2] else old.shape[2]
         shape[4] = max(capacity, old.shape[4])
         # Attention reads only positions a pass has written (keys 0..len + i of its own slot).
-        self.kv = torch.empty(shape, dtype=old.dtype)
+        self.kv = torch.empty(shape, dtype=old.dtype, device=old.device)
         self.kv[:, :, : old.shape[2], :, : old.shape[4]] = old
 
 

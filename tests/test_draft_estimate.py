@@ -1,0 +1,175 @@
+"""`dsim profile --roofline GPU --draft-model D`: a drafter pass priced from the target's layer
+terms (closed forms), written as a profile `dsim run --draft-cost FILE` reads, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from dsim.engine.config import parse_draft_cost
+from dsim.hardware import gpu_fit, zoo
+from dsim.hardware.arch import ACT_BYTES, Parallel
+from dsim.hardware.draft_roofline import (
+    DRAFT_MODELS,
+    DRAFT_VOCAB,
+    drafter_profile,
+    drafter_terms,
+    get_draft_model,
+    pass_parts,
+)
+from dsim.hardware.engines import get_engine
+from dsim.hardware.gpu_model import elementwise_time, get_gpu, linear_time, step_parts
+from dsim.hardware.latency import LatencyModel
+
+GPU = get_gpu("h200")
+CAL = gpu_fit.calibration(GPU)
+N = np.array([1.0, 8.0, 64.0, 512.0])  # tokens of the pass
+R = np.array([1.0, 8.0, 16.0, 128.0])  # its sequences (q = 1, 1, 4, 4)
+C = np.array([512.0, 2048.0, 4096.0, 1024.0])
+
+
+def target_parts(model: str, par: Parallel) -> dict[str, np.ndarray]:
+    arch = zoo.load_arch(model)
+    return step_parts(
+        arch, par, GPU, CAL.kernels, CAL.allreduce, N, R, C, np.zeros(N.shape, bool)
+    )  # fmt: skip
+
+
+def fc(inputs: int, hidden: int, tp: int) -> np.ndarray:
+    """The input projection's closed form: inputs*H -> H over N tokens, TP-sharded."""
+    params = inputs * hidden * hidden / tp
+    nbytes = params * 2 + N * (inputs * hidden + hidden / tp) * ACT_BYTES
+    return linear_time(CAL.kernels, GPU, 2 * N * params, nbytes, GPU.flops)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_mtp_is_one_target_layer_plus_the_shared_head_and_its_projection(tp):
+    par = Parallel(tp=tp)
+    arch = zoo.load_arch("qwen3-8b")
+    target = target_parts("qwen3-8b", par)
+    mtp = pass_parts(get_draft_model("mtp"), arch, par, GPU, CAL, N, R, C)
+    for part in ("linear", "elementwise", "attention", "allreduce"):
+        np.testing.assert_allclose(mtp[part], target[part] / arch.layers, rtol=1e-12)
+    np.testing.assert_allclose(mtp["lm_head"], target["lm_head"], rtol=1e-12)  # shared head
+    np.testing.assert_allclose(mtp["input_proj"], fc(2, arch.hidden, tp), rtol=1e-12)
+    norm = elementwise_time(CAL.kernels, GPU, 2 * N * arch.hidden * ACT_BYTES)
+    np.testing.assert_allclose(mtp["input_norms"], 2 * norm, rtol=1e-12)
+    assert not mtp["sequential_head"].any() and not mtp["qkv_extra"].any()
+
+
+def test_mtp_on_an_moe_target_is_one_moe_layer_and_pays_its_engine_term():
+    arch = zoo.load_arch("qwen3-30b-a3b")
+    target = target_parts("qwen3-30b-a3b", Parallel())
+    mtp = pass_parts(get_draft_model("mtp"), arch, Parallel(), GPU, CAL, N, R, C)
+    np.testing.assert_allclose(mtp["linear"], target["linear"] / arch.layers, rtol=1e-12)
+    terms = drafter_terms(get_engine("vllm"), 1.0)
+    assert terms.per_seq_s == terms.per_step_s == terms.per_token_s == 0.0
+    assert terms.per_moe_layer_s == get_engine("vllm").terms.per_moe_layer_s > 0
+    df, meta = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(2048,))
+    row = df[(df["batch_tokens"] == 8) & (df["num_seqs"] == 8)].iloc[0]
+    parts = pass_parts(get_draft_model("mtp"), arch, Parallel(), GPU, CAL, 8.0, 8.0, 2048.0)
+    gpu_ms = sum(float(v) for v in parts.values()) * 1e3
+    assert row["latency_ms"] == pytest.approx(gpu_ms + terms.per_moe_layer_s * 1e3, rel=1e-5)
+    assert meta["drafter_kind"] == "ar"
+
+
+def test_eagle_layers_are_the_targets_and_eagle3_heads_a_32k_vocabulary():
+    arch = zoo.load_arch("qwen3-8b")
+    par = Parallel()
+    target = target_parts("qwen3-8b", par)
+    eagle = pass_parts(get_draft_model("eagle"), arch, par, GPU, CAL, N, R, C)
+    eagle3 = pass_parts(get_draft_model("eagle3"), arch, par, GPU, CAL, N, R, C)
+    for p in (eagle, eagle3):
+        np.testing.assert_allclose(p["linear"], target["linear"] / arch.layers, rtol=1e-12)
+        np.testing.assert_allclose(p["attention"], target["attention"] / arch.layers, rtol=1e-12)
+    np.testing.assert_allclose(eagle["lm_head"], target["lm_head"], rtol=1e-12)
+    np.testing.assert_allclose(eagle["input_proj"], fc(2, arch.hidden, 1), rtol=1e-12)
+    np.testing.assert_allclose(eagle3["input_proj"], fc(3, arch.hidden, 1), rtol=1e-12)
+    head = DRAFT_VOCAB * arch.hidden
+    nbytes = head * ACT_BYTES + N * (arch.hidden + DRAFT_VOCAB) * ACT_BYTES
+    want = linear_time(CAL.kernels, GPU, 2 * N * head, nbytes, GPU.flops)
+    np.testing.assert_allclose(eagle3["lm_head"], want, rtol=1e-12)
+    qkv = arch.hidden * (arch.heads + 2 * arch.kv_heads) * arch.head_dim
+    width = (arch.heads + 2 * arch.kv_heads) * arch.head_dim
+    want = linear_time(
+        CAL.kernels, GPU, 2 * N * qkv, qkv * 2 + N * (arch.hidden + width) * 2, GPU.flops
+    )
+    np.testing.assert_allclose(eagle3["qkv_extra"], want, rtol=1e-12)
+
+
+def test_dspark_backbone_is_two_target_layers_and_its_head_is_sequential_in_gamma():
+    arch = zoo.load_arch("qwen3-8b")
+    target = target_parts("qwen3-8b", Parallel())
+    dspark = get_draft_model("dspark")
+    p = pass_parts(dspark, arch, Parallel(), GPU, CAL, N, R, C)
+    np.testing.assert_allclose(p["linear"], 2 * target["linear"] / arch.layers, rtol=1e-12)
+    np.testing.assert_allclose(p["attention"], 2 * target["attention"] / arch.layers, rtol=1e-12)
+    r = np.full(8, 32.0)
+    gamma = np.arange(1.0, 9.0)
+    head = pass_parts(dspark, arch, Parallel(), GPU, CAL, r * gamma, r, np.full(8, 2048.0))
+    np.testing.assert_allclose(
+        head["sequential_head"], gamma * head["sequential_head"][0], rtol=1e-12
+    )  # one step per block position at the same R: linear in gamma
+    _, meta = drafter_profile("h200", "qwen3-8b", "dspark", contexts=(2048,))
+    assert meta["drafter_kind"] == "block"
+    assert 0 < meta["sequential_head_check"]["share_of_round"] < 0.05
+
+
+@pytest.mark.parametrize(
+    ("draft", "kind"), [("eagle", "ar"), ("eagle3", "ar"), ("dspark", "block")]
+)
+def test_cli_writes_a_drafter_profile_that_run_reads(monkeypatch, capsys, tmp_path, draft, kind):
+    out = tmp_path / f"{draft}.csv"
+    args = ["profile", "--roofline", "h200", "--model", "qwen3-8b", "--draft-model", draft]
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, *args, "--engine", "gpu-only", "--contexts", "1024,4096",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"--drafter-kind {kind}" in stdout
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["drafter_kind"] == kind and meta["engine"]["name"] == "gpu-only"
+    cost = parse_draft_cost(str(out), kind)
+    profile = LatencyModel.from_csv(out)
+    gamma = 7
+    for r, c in ((1, 1024), (16, 4096)):
+        passes, tokens = (gamma, r) if kind == "ar" else (1, r * gamma)
+        want = passes * profile.latency(tokens, r, c)
+        assert cost.seconds(r, gamma, c, profile) == pytest.approx(want, rel=1e-12)
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", "synthetic:n=20", "--profile",
+        "profiles/h200-qwen3-8b-gpuonly-roofline.csv", "--draft-cost", str(out),
+        "--drafter-kind", kind, "--policy", "fixed:3", "--out", str(run_dir), "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["drafter_kind"] == kind and summary["spec"]["draft_cost"] == str(out)
+
+
+def test_drafter_costs_follow_the_chosen_engine():
+    base, _ = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(1024,), engine="gpu-only")
+    vllm, _ = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(1024,), engine="vllm")
+    gap = (vllm["latency_ms"] - base["latency_ms"]).to_numpy()
+    np.testing.assert_allclose(gap, get_engine("vllm").terms.per_moe_layer_s * 1e3, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--roofline", "h200", "--draft-model", "medusa"], "unknown 'medusa'; known: "),
+        (["--draft-model", "eagle"], "--draft-model goes with --roofline GPU"),
+        (["--roofline", "h200", "--drafter"], "with --draft-model eagle|eagle3|mtp|dspark"),
+    ],
+)
+def test_bad_draft_model_exits_2_in_one_line(monkeypatch, capsys, tmp_path, args, message):
+    out = tmp_path / "d.csv"
+    base = ["profile", "--model", "qwen3-8b", "--out", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *base, *args)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    if "medusa" in message:
+        assert all(name in err for name in DRAFT_MODELS)
+    assert not out.exists() and not out.with_suffix(".json").exists()

@@ -18,7 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 METRICS = ("ECE", "AUC", "Brier")
-SPECS = "iid:A, positions:..., preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."
+SPECS = (
+    "iid:A, positions:Q1,.. (latent means; spreads 0 by default, served as given), "
+    "preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."
+)
 
 acceptance_app = typer.Typer(
     help="Acceptance specs: show what dsim reads from one and what it serves (acceptance show "

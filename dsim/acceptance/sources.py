@@ -1,8 +1,9 @@
 """Acceptance sources from their command-line spelling (docs/design.md, Acceptance sources).
 
-`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics
-scrape), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. Parametric specs take
-options in brackets, e.g.
+`iid:A`, `positions:Q1,Q2,...` (latent means, spreads 0 by default),
+`preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics scrape, its latent means
+fitted to serve its curve), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file.
+Parametric specs take options in brackets, e.g.
 `preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8]`
 (docs/presets.md); `vllm:` also takes the strings `model=NAME` and `since=BEFORE_SCRAPE`.
 """

@@ -17,6 +17,7 @@ from test_vllm_metrics import exposition, scrape
 
 from dsim.acceptance.parametric import DomainModel, ParametricAcceptance, fit_shift, serving_curve
 from dsim.acceptance.sources import parse_acceptance
+from dsim.acceptance.trace import read_acceptance_trace
 from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.engine.backend import Simulated
 from dsim.run import run_engine
@@ -217,3 +218,26 @@ def test_run_past_the_scrapes_positions_names_the_fix(tmp_path, monkeypatch, cap
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and not out.exists()
     assert f"{path}: the scrape has 4 draft positions: use --gamma 4 or less" in err
+
+
+def test_synth_acceptance_with_tokens_weighs_rounds_as_serving(tmp_path, monkeypatch, capsys):
+    """`--tokens`: each sequence runs until it has emitted that many tokens, so the trace's
+    conditional curve is the scrape's (~130k rounds at position 1, s.e. <= 0.003); `--rounds`
+    alone weighs requests equally and reads higher under the per-request spread."""
+    path, out = known_scrape(tmp_path), tmp_path / "t.parquet"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "synth-acceptance", "--acceptance", f"vllm:{path}", "--gamma", "4",
+        "--sequences", "1500", "--tokens", "300", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    df, _ = read_acceptance_trace(out)
+    per_seq = df.groupby("seq_id")["accepted"]
+    emitted = per_seq.sum() + per_seq.size()
+    last = df.groupby("seq_id").tail(1).set_index("seq_id")["accepted"] + 1
+    assert (emitted >= 300).all() and (emitted - last < 300).all()  # stops on crossing 300
+    assert list(df["round"]) == list(df.groupby("seq_id").cumcount())
+    a = df["accepted"].to_numpy()
+    reached = np.array([(a >= k).sum() for k in range(5)])
+    curve = reached[1:] / reached[:-1]
+    se = np.sqrt(curve * (1 - curve) / reached[:-1])
+    assert np.all(np.abs(curve - CURVE) <= 0.01 + 3 * se), curve

@@ -98,14 +98,22 @@ def synth_acceptance(
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/acceptance/NAME.parquet")],
     gamma: Annotated[int, typer.Option(help="Draft block length.")] = 7,
     sequences: Annotated[int, typer.Option(help="Recorded sequences (one per request).")] = 200,
-    rounds: Annotated[int, typer.Option(help="Rounds per sequence.")] = 128,
+    rounds: Annotated[int, typer.Option(help="Rounds per sequence (without --tokens).")] = 128,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Record each sequence until it has emitted this many tokens, as a serving "
+            "request does (its rounds then weigh as a served run's; --rounds is ignored).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write an acceptance trace sampled from a parametric acceptance model."""
     from dsim.acceptance.synth import write_synthetic_trace
 
     command = shlex.join(["dsim", *sys.argv[1:]])
-    df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command)
+    df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command, tokens)
     Console().print(f"wrote {out} ({len(df)} rounds, {sequences} sequences, gamma {gamma})")
 
 

@@ -92,9 +92,9 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def main() -> None:
     """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
-        (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
-        (one line, no final outputs written). Warnings (torch's, say) are shown after a command
-        that succeeds and dropped when it fails, so an error stays one line; dsim's own notices
+    (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
+    (one line, no final outputs written). Warnings (torch's, say) are shown after a command
+    that succeeds and dropped when it fails, so an error stays one line; dsim's own notices
     (`dsim.errors.Notice`) are one `dsim: note:` line each."""
     try:
         previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}

@@ -17,6 +17,7 @@ from test_vllm_metrics import exposition, scrape
 
 from dsim.acceptance.parametric import DomainModel, ParametricAcceptance, fit_shift, serving_curve
 from dsim.acceptance.sources import parse_acceptance
+from dsim.acceptance.synth import write_synthetic_trace
 from dsim.acceptance.trace import read_acceptance_trace
 from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.engine.backend import Simulated
@@ -185,6 +186,21 @@ def test_show_without_a_scrape(monkeypatch, capsys):
     report = json.loads(text)
     assert report["read"] is None and report["model"]["latent"] == pytest.approx([0.9, 0.5])
     np.testing.assert_allclose(report["simulated"]["conditional"], [0.9, 0.5], atol=0.01)
+
+
+def test_show_reads_a_trace_as_its_rounds(tmp_path, monkeypatch, capsys):
+    """A trace's recorded rounds are read as vLLM would count them; gamma defaults to its own."""
+    out = tmp_path / "iid.parquet"
+    write_synthetic_trace("iid:0.7", 3, 200, 40, seed=2, out=out, command="x")
+    accepted = read_acceptance_trace(out)[0]["accepted"].to_numpy()
+    code, text, _ = run_cli(monkeypatch, capsys, "acceptance", "show", str(out), "--json")
+    assert code == 0
+    report = json.loads(text)
+    read = report["read"]
+    assert report["gamma"] == 3 and read["kind"] == "trace" and read["drafts"] == 8000
+    survival = [(accepted >= k).mean() for k in (1, 2, 3)]
+    np.testing.assert_allclose(read["unconditional"], survival, rtol=1e-12)
+    assert report["model"] is None  # a replayed trace has no latent means or spreads
 
 
 @pytest.mark.parametrize(

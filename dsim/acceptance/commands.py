@@ -122,7 +122,8 @@ def show(
     gamma: Annotated[
         int | None,
         typer.Option(
-            help="Drafts per round (default: a scrape's positions, else 7).", show_default=False
+            help="Drafts per round (default: a scrape's positions, a trace's gamma, else 7).",
+            show_default=False,
         ),
     ] = None,
     requests: Annotated[int, typer.Option(help="Simulated requests.")] = 2000,
@@ -130,8 +131,8 @@ def show(
     seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
-    """Print the curves read from SPEC (a vLLM scrape's counters), tau at each gamma, and the
-    curve a simulation serves from it at full verification, side by side."""
+    """Print the curves read from SPEC (a vLLM scrape's counters, a trace's rounds), tau at
+    each gamma, and the curve a simulation serves from it at full verification, side by side."""
     from dsim.acceptance.show import acceptance_report
 
     report = acceptance_report(spec, gamma, requests, tokens, seed)
@@ -150,16 +151,17 @@ def _show_header(report: dict[str, Any]) -> list[str]:
     lines = [f"{report['spec']} at gamma {report['gamma']}"]
     if read is not None:
         lines.append(
-            f"read: {read['drafts']:,.0f} drafts, {read['positions']} positions; "
-            "cond = accepted / reached, uncond = accepted / drafts"
+            f"read from the {read['kind']}: {read['drafts']:,.0f} rounds with drafts, "
+            f"{read['positions']} positions; cond = accepted / reached, uncond = accepted / rounds"
         )
         if read["reached"] < report["gamma"]:
             lines.append(
-                f"no round of the scrape reached position {read['reached'] + 1}: "
+                f"no round of the {read['kind']} reached position {read['reached'] + 1}: "
                 "dsim never accepts a draft from there on"
             )
     if model is not None:
-        assumed = " (assumed: a scrape has no per-request figures)" if read is not None else ""
+        scrape = read is not None and read["kind"] == "scrape"
+        assumed = " (assumed: a scrape has no per-request figures)" if scrape else ""
         lines.append(
             f"model: spread {model['spread']:g}, spread_req {model['spread_req']:g}{assumed}"
         )

@@ -13,7 +13,7 @@ import typer
 
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
-from dsim.errors import InputError, Interrupted, SimulationStuck
+from dsim.errors import InputError, Interrupted, Notice, SimulationStuck
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
@@ -94,7 +94,8 @@ def main() -> None:
     """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
     (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
     (one line, no final outputs written). Warnings (torch's, say) are shown after a command
-    that succeeds and dropped when it fails, so an error stays one line."""
+    that succeeds and dropped when it fails, so an error stays one line; dsim's own notices
+    (`dsim.errors.Notice`) are one `dsim: note:` line each."""
     try:
         previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
     except ValueError:  # not the main thread (an embedding caller): keep its handlers
@@ -105,8 +106,12 @@ def main() -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    notes = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, Notice))
+    for note in notes:
+        print(f"dsim: note: {note}", file=sys.stderr)
     for w in caught:
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        if not issubclass(w.category, Notice):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if isinstance(code, int) and code:
         sys.exit(code)
 

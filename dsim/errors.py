@@ -22,6 +22,11 @@ class InputError(Exception):
         return type(self), (self.path, self.row, self.problem)
 
 
+class Notice(UserWarning):
+    """Something the user should know about their input that does not stop the command: the
+    CLI prints it as one `dsim: note:` line after a command that succeeds."""
+
+
 class SimulationStuck(RuntimeError):
     """The engine stopped advancing time (a bug or an input no check caught): names the state."""
 

@@ -111,7 +111,9 @@ def run_cmd(
     profile: str = PROFILE,
     acceptance: str = option(
         "acceptance",
-        "iid:A | positions:Q1,.. | preset:DRAFTER:DOMAIN | vllm:SCRAPE | mix:.. | FILE",
+        "iid:A | positions:Q1,.. (latent means; spreads 0 by default, served as given) | "
+        "preset:DRAFTER:DOMAIN | vllm:SCRAPE (its curve served; see dsim acceptance show) | "
+        "mix:.. | FILE",
         SPECULATION,
     ),
     policy: str = POLICY,

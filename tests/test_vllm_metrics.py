@@ -239,7 +239,7 @@ def test_bad_selection_and_gamma(tmp_path, monkeypatch, capsys):
     err = _bad(tmp_path, monkeypatch, capsys, exposition(), opts="[model=qwen]")
     assert "'qwen' matches no model_name label" in err and MODEL in err
     err = _bad(tmp_path, monkeypatch, capsys, exposition(), gamma=5)
-    assert "3 draft positions, fewer than gamma 5" in err
+    assert "the scrape has 3 draft positions: use --gamma 3 or less" in err
     err = _bad(tmp_path, monkeypatch, capsys, exposition(), opts="[model=]")
     assert "option 'model' needs a value" in err
 

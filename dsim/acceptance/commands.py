@@ -1,4 +1,5 @@
-"""CLI for the measured-acceptance side: `dsim calibrate` and `dsim synth-acceptance`.
+"""CLI for the acceptance side: `dsim calibrate`, `dsim synth-acceptance` and
+`dsim acceptance show`.
 
 Library modules are imported inside the commands so that `dsim run` does not pay for scipy
 and matplotlib at start-up.
@@ -6,6 +7,7 @@ and matplotlib at start-up.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -16,12 +18,24 @@ from rich.console import Console
 from rich.table import Table
 
 METRICS = ("ECE", "AUC", "Brier")
+SPECS = (
+    "iid:A, positions:Q1,.. (latent means; spreads 0 by default, served as given), "
+    "preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."
+)
+
+acceptance_app = typer.Typer(
+    help="Acceptance specs: show what dsim reads from one and what it serves (acceptance show "
+    "SPEC).",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the dsim app."""
     app.command("calibrate")(calibrate)
     app.command("synth-acceptance")(synth_acceptance)
+    acceptance_app.command("show")(show)
+    app.add_typer(acceptance_app, name="acceptance")
 
 
 def calibrate(
@@ -79,17 +93,118 @@ def _fmt(x: float | None) -> str:
 def synth_acceptance(
     acceptance: Annotated[
         str,
-        typer.Option(help="iid:A, positions:..., preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."),
+        typer.Option(help=SPECS),
     ],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/acceptance/NAME.parquet")],
     gamma: Annotated[int, typer.Option(help="Draft block length.")] = 7,
     sequences: Annotated[int, typer.Option(help="Recorded sequences (one per request).")] = 200,
-    rounds: Annotated[int, typer.Option(help="Rounds per sequence.")] = 128,
+    rounds: Annotated[int, typer.Option(help="Rounds per sequence (without --tokens).")] = 128,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Record each sequence until it has emitted this many tokens, as a serving "
+            "request does (its rounds then weigh as a served run's; --rounds is ignored).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write an acceptance trace sampled from a parametric acceptance model."""
     from dsim.acceptance.synth import write_synthetic_trace
 
     command = shlex.join(["dsim", *sys.argv[1:]])
-    df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command)
+    df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command, tokens)
     Console().print(f"wrote {out} ({len(df)} rounds, {sequences} sequences, gamma {gamma})")
+
+
+def show(
+    spec: Annotated[str, typer.Argument(help=f"Acceptance spec: {SPECS}, or a trace file.")],
+    gamma: Annotated[
+        int | None,
+        typer.Option(
+            help="Drafts per round (default: a scrape's positions, a trace's gamma, else 7).",
+            show_default=False,
+        ),
+    ] = None,
+    requests: Annotated[int, typer.Option(help="Simulated requests.")] = 2000,
+    tokens: Annotated[int, typer.Option(help="Tokens each simulated request emits.")] = 300,
+    seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """Print the curves read from SPEC (a vLLM scrape's counters, a trace's rounds), tau at
+    each gamma, and the curve a simulation serves from it at full verification, side by side."""
+    from dsim.acceptance.show import acceptance_report
+
+    report = acceptance_report(spec, gamma, requests, tokens, seed)
+    if as_json:
+        typer.echo(json.dumps(report, indent=1))
+        return
+    console = Console(highlight=False)
+    for line in _show_header(report):
+        console.print(line, soft_wrap=True)
+    console.print(_curve_table(report))
+    console.print(_tau_table(report))
+
+
+def _show_header(report: dict[str, Any]) -> list[str]:
+    sim, read, model = report["simulated"], report["read"], report["model"]
+    lines = [f"{report['spec']} at gamma {report['gamma']}"]
+    if read is not None:
+        lines.append(
+            f"read from the {read['kind']}: {read['drafts']:,.0f} rounds with drafts, "
+            f"{read['positions']} positions; cond = accepted / reached, uncond = accepted / rounds"
+        )
+        if read["reached"] < report["gamma"]:
+            lines.append(
+                f"no round of the {read['kind']} reached position {read['reached'] + 1}: "
+                "dsim never accepts a draft from there on"
+            )
+    if model is not None:
+        scrape = read is not None and read["kind"] == "scrape"
+        assumed = " (assumed: a scrape has no per-request figures)" if scrape else ""
+        lines.append(
+            f"model: spread {model['spread']:g}, spread_req {model['spread_req']:g}{assumed}"
+        )
+    lines.append(
+        f"simulated: {sim['requests']} requests x {sim['tokens']} tokens, full verification, "
+        f"seed {sim['seed']}; se = binomial standard error"
+    )
+    return lines
+
+
+def _cell(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def _curve_table(report: dict[str, Any]) -> Table:
+    read, sim, model = report["read"], report["simulated"], report["model"]
+    table = Table(title="acceptance per draft position")
+    columns = ["pos"]
+    if read is not None:
+        columns += ["read cond", "read uncond"]
+    if model is not None and "latent" in model:
+        columns.append("latent mean")
+    columns += ["simulated cond", "se", "rounds"]
+    for name in columns:
+        table.add_column(name, justify="right")
+    for k in range(report["gamma"]):
+        row = [str(k + 1)]
+        if read is not None:
+            row += [_cell(read["conditional"][k]), _cell(read["unconditional"][k])]
+        if model is not None and "latent" in model:
+            row.append(_cell(model["latent"][k]))
+        row += [_cell(sim["conditional"][k]), _cell(sim["se"][k])]
+        row.append(f"{sim['rounds_reaching'][k]:,}")
+        table.add_row(*row)
+    return table
+
+
+def _tau_table(report: dict[str, Any]) -> Table:
+    read, sim = report["read"], report["simulated"]
+    table = Table(title="tau at each gamma")
+    for name in ("gamma", *(["read"] if read is not None else []), "simulated"):
+        table.add_column(name, justify="right")
+    for g in range(report["gamma"]):
+        cells = [f"{read['tau'][g]:.3f}"] if read is not None else []
+        table.add_row(str(g + 1), *cells, f"{sim['tau'][g]:.3f}")
+    return table

@@ -8,15 +8,23 @@ position-wise denominator. tau = all tokens / all rounds.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from dsim.acceptance.sources import AcceptanceSource
 
 
+class Served(NamedTuple):
+    curve: np.ndarray  # conditional acceptance per position
+    tau: float  # tokens per round, bonus included
+    reached: np.ndarray  # rounds that reached each position (the curve's denominators)
+
+
 def served_curve(
     source: AcceptanceSource, n_requests: int, tokens: int, rng: np.random.Generator
-) -> tuple[np.ndarray, float]:
-    """(conditional acceptance per position, tau) over simulated rounds of `source`."""
+) -> Served:
+    """The conditional curve, tau and rounds reaching each position, over served rounds."""
     gamma = source.gamma
     source.bind(n_requests, rng)
     emitted, active = np.zeros(n_requests), np.arange(n_requests)
@@ -29,4 +37,4 @@ def served_curve(
         rounds += len(active)
         emitted[active] += acc + 1
         active = active[emitted[active] < tokens]
-    return passed / np.maximum(reached, 1), float(emitted.sum() / rounds)
+    return Served(passed / np.maximum(reached, 1), float(emitted.sum() / rounds), reached)

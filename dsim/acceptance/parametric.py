@@ -11,10 +11,11 @@ discrimination grows with the spreads; overconf > 1 is the over-confidence that 
 (temperature 1/overconf). With rho > 0 (off by default) the round noise follows an AR(1)
 process over a request's consecutive rounds, e[r,t] = rho e[r,t-1] + sqrt(1 - rho^2) eta[r,t],
 so acceptance comes in easy and hard stretches while its marginal distribution is unchanged.
-For presets, q and shift[d] are latent values fitted offline (dsim.acceptance.presets) so that the
-simulated conditional curve and accepted length match the paper; with spreads > 0 the simulated
-conditional acceptance is not q (rounds that reach draft k select easier requests). shift is 0
-for explicit position means, whose spreads default to 0.
+With spreads > 0 the served conditional acceptance is not q (rounds that reach draft k select
+easier requests), so sources that name a served curve fit their latent q to it (`fit_latent`):
+presets offline (dsim.acceptance.presets, where shift[d] then moves tau to another target's
+figure), vLLM scrapes when read. Explicit position means are latent means as given, shift 0,
+spreads 0 by default (where latent and served curves agree).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class ParametricAcceptance:
             ]
         )
         self.weights = np.asarray(self.weights, dtype=np.float64) / np.sum(self.weights)
+
+    @property
+    def latent(self) -> np.ndarray:
+        """Each domain's latent logit means per position, shift included: (domains, gamma)."""
+        return self._base
 
     @property
     def domain_names(self) -> np.ndarray:
@@ -133,6 +139,33 @@ def serving_curve(
 def expected_tau(q: np.ndarray, shift: float, spread: float, spread_req: float) -> float:
     """Tokens per round (incl. bonus) at full verification, as a serving run measures it."""
     return serving_curve(logit(q) + shift, spread, spread_req)[1]
+
+
+def fit_latent(
+    target: np.ndarray,
+    spread: float,
+    spread_req: float,
+    n_req: int = 1000,
+    n_round: int = 32,
+    seed: int = 12345,
+    tol: float = 1e-3,
+) -> np.ndarray:
+    """Latent logit means whose served conditional curve (`serving_curve`, same draws every
+    step) equals `target` at every position: a fixed-point iteration in logit space, each step
+    the logit gap between target and served curve. Targets are clipped to [1e-6, 1 - 1e-6]
+    (0 and 1 have no logit); ValueError when 200 steps leave a position more than `tol` off."""
+    goal = logit(np.clip(np.asarray(target, dtype=np.float64), 1e-6, 1 - 1e-6))
+    latent = goal.copy()
+    for _ in range(200):
+        curve = serving_curve(latent, spread, spread_req, n_req, n_round, seed)[0]
+        step = goal - logit(np.clip(curve, 1e-12, 1 - 1e-12))
+        latent = np.clip(latent + step, -30.0, 30.0)
+        if np.abs(step).max() < 1e-6:
+            return latent
+    gap = np.abs(serving_curve(latent, spread, spread_req, n_req, n_round, seed)[0] - expit(goal))
+    if gap.max() > tol:
+        raise ValueError(f"position {int(gap.argmax()) + 1} stays {gap.max():.3f} off")
+    return latent
 
 
 @lru_cache(maxsize=256)

@@ -1,8 +1,9 @@
 """Acceptance sources from their command-line spelling (docs/design.md, Acceptance sources).
 
-`iid:A`, `positions:Q1,Q2,...`, `preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics
-scrape), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. Parametric specs take
-options in brackets, e.g.
+`iid:A`, `positions:Q1,Q2,...` (latent means, spreads 0 by default),
+`preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics scrape, its latent means
+fitted to serve its curve), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file.
+Parametric specs take options in brackets, e.g.
 `preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8]`
 (docs/presets.md); `vllm:` also takes the strings `model=NAME` and `since=BEFORE_SCRAPE`.
 """
@@ -27,7 +28,7 @@ from dsim.acceptance.presets import (
     TABLE1,
     TARGETS,
 )
-from dsim.acceptance.vllm_metrics import vllm_domain
+from dsim.acceptance.vllm_metrics import Acceptance, read_vllm_acceptance, vllm_domain
 from dsim.errors import InputError
 from dsim.spec_grammar import AcceptancePart
 
@@ -101,6 +102,15 @@ def _domain(part: AcceptancePart, gamma: int) -> tuple[DomainModel, dict[str, fl
     o = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, **opts}
     model, since = strings.get("model"), strings.get("since")
     return vllm_domain(rest, gamma, o["spread"], o["spread_req"], model, since), o
+
+
+def scrape_read(spec: str) -> Acceptance | None:
+    """The counts a spec's scrape holds when the spec is one `vllm:` entry, else None."""
+    parts = spec_grammar.acceptance(spec)
+    if parts is None or len(parts) != 1 or parts[0].kind != "vllm":
+        return None
+    strings = _options(parts[0])[1]
+    return read_vllm_acceptance(parts[0].rest, strings.get("model"), strings.get("since"))
 
 
 def _preset(

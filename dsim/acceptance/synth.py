@@ -14,36 +14,53 @@ from dsim.acceptance.trace import conf_columns, write_acceptance_trace
 from dsim.errors import InputError
 
 
+def _rounds(
+    source: Any, sequences: int, rounds: int, tokens: int | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sequence, round, confidences, accepted) of every drawn round, in drawing order: every
+    sequence for `rounds` rounds, or with `tokens` each until it has emitted that many."""
+    idx, emitted, out, t = np.arange(sequences), np.zeros(sequences), [], 0
+    while len(idx) and (t < rounds if tokens is None else True):
+        conf, accepted = source.draw(idx, rng)
+        out.append((idx, np.full(len(idx), t), conf, accepted))
+        if tokens is not None:
+            emitted[idx] += accepted + 1
+            idx = idx[emitted[idx] < tokens]
+        t += 1
+    return tuple(np.concatenate([o[i] for o in out]) for i in range(4))  # type: ignore[return-value]
+
+
 def synthesize_trace(
     source: Any,
     sequences: int,
     rounds: int,
     rng: np.random.Generator,
     domain: str,
+    tokens: int | None = None,
 ) -> pd.DataFrame:
-    """`sequences` x `rounds` rows: request s of `source` becomes sequence s.
+    """Request s of `source` becomes sequence s, for `rounds` rounds each or, with `tokens`,
+    until it has emitted that many tokens (as a serving request does: one that accepts less
+    runs more rounds, which weighs the trace's rounds as a serving run's are weighed).
 
     Domains come from the source's per-request `domain_names` when it has them, else `domain`.
     """
     source.bind(sequences, rng)
-    idx = np.arange(sequences)
-    draws = [source.draw(idx, rng) for _ in range(rounds)]
-    gamma = source.gamma
-    conf = np.stack([c for c, _ in draws], axis=1).reshape(-1, gamma)  # (seq, round) order
-    accepted = np.stack([a for _, a in draws], axis=1).ravel()
+    seq, rnd, conf, accepted = _rounds(source, sequences, rounds, tokens, rng)
+    order = np.lexsort((rnd, seq))  # (seq, round) order
+    seq, rnd, conf, accepted = seq[order], rnd[order], conf[order], accepted[order]
     domains = getattr(source, "domain_names", None)
     per_seq = (
         np.asarray(domains, dtype=object) if domains is not None else np.full(sequences, domain)
     )
     df = pd.DataFrame(
         {
-            "seq_id": np.repeat(idx, rounds).astype(np.int64),
-            "round": np.tile(np.arange(rounds), sequences).astype(np.int32),
-            "domain": np.repeat(per_seq, rounds),
-            "gamma": np.full(sequences * rounds, gamma, dtype=np.int32),
+            "seq_id": seq.astype(np.int64),
+            "round": rnd.astype(np.int32),
+            "domain": per_seq[seq],
+            "gamma": np.full(len(seq), source.gamma, dtype=np.int32),
         }
     )
-    df[conf_columns(gamma)] = conf
+    df[conf_columns(source.gamma)] = conf
     df["accepted"] = accepted.astype(np.int32)
     return df
 
@@ -56,14 +73,16 @@ def write_synthetic_trace(
     seed: int,
     out: str | Path,
     command: str,
+    tokens: int | None = None,
 ) -> pd.DataFrame:
     """Sample a trace from the acceptance spec (`dsim synth-acceptance`) and write it."""
-    for name, value in (("--gamma", gamma), ("--sequences", sequences), ("--rounds", rounds)):
+    checked = [("--gamma", gamma), ("--sequences", sequences), ("--rounds", rounds)]
+    for name, value in checked + ([("--tokens", tokens)] if tokens is not None else []):
         if value < 1:
             raise InputError(None, None, f"{name} must be at least 1, got {value}")
     source = parse_acceptance(spec, gamma)
     rng = np.random.default_rng(seed)
-    df = synthesize_trace(source, sequences, rounds, rng, domain=spec)
+    df = synthesize_trace(source, sequences, rounds, rng, domain=spec, tokens=tokens)
     meta = {
         "target": None,
         "drafter": None,

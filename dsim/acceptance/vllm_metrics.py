@@ -17,13 +17,16 @@ Docs: docs/acceptance-trace.md, "vLLM scrapes"; docs/design.md, Acceptance sourc
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit
 
-from dsim.acceptance.parametric import DomainModel, expected_tau, fit_shift
-from dsim.errors import InputError
+from dsim.acceptance.parametric import DomainModel, fit_latent
+from dsim.errors import InputError, Notice
 from dsim.inputs import input_file
 
 PREFIX = "vllm:spec_decode_"
@@ -66,6 +69,11 @@ class Acceptance:
         u = self.unconditional
         prev = np.concatenate([[1.0], u[:-1]])
         return np.divide(u, prev, out=np.zeros_like(u), where=prev > 0)
+
+    @property
+    def reached(self) -> int:
+        """Positions some round reached: 1, then one more for each position ever accepted."""
+        return min(len(self.per_position), 1 + int(np.count_nonzero(self.per_position)))
 
     @property
     def tau(self) -> float:
@@ -234,6 +242,16 @@ def read_vllm_acceptance(
     return Acceptance(drafts, totals[DRAFT_TOKENS], totals[ACCEPTED], counts)
 
 
+FIT_REQUESTS = 4000  # x 32 rounds: expectation within ~0.003 of the curve (test_scrape_fit)
+
+
+@lru_cache(maxsize=64)
+def _fitted(curve: tuple[float, ...], spread: float, spread_req: float) -> tuple[float, ...]:
+    """Latent means (as probabilities) that serve `curve` at these spreads."""
+    latent = fit_latent(np.asarray(curve), spread, spread_req, n_req=FIT_REQUESTS)
+    return tuple(expit(latent).tolist())
+
+
 def vllm_domain(
     path: str | Path,
     gamma: int,
@@ -242,22 +260,29 @@ def vllm_domain(
     model: str | None = None,
     since: str | Path | None = None,
 ) -> DomainModel:
-    """The parametric domain of a scrape: its conditional curve as the position shape, shifted
-    in logit space so that the model's tokens per round match the scrape's, as presets are
-    (a scrape has no per-request information, so the spreads are assumptions)."""
+    """The parametric domain of a scrape: latent position means fitted so that the conditional
+    curve served at full verification with these spreads is the scrape's at every position it
+    reached, the way the presets are fitted (a scrape has no per-request information, so the
+    spreads are assumptions). Positions it never reached are never accepted, and said so."""
     acc = read_vllm_acceptance(path, model, since)
-    n = len(acc.per_position)
+    n, reached = len(acc.per_position), acc.reached
     if n < gamma:
-        raise InputError(
-            path, None, f"the scrape has {n} draft positions, fewer than gamma {gamma}"
+        raise InputError(path, None, f"the scrape has {n} draft positions: use --gamma {n} or less")
+    if reached < min(n, gamma):
+        warnings.warn(
+            f"{path}: no round reached draft position {reached + 1}, so dsim never accepts a "
+            f"draft from position {reached + 1} on",
+            Notice,
+            stacklevel=2,
         )
-    q = tuple(acc.conditional.tolist())
-    name = model or "vllm"
-    if acc.per_position[0] == 0:  # nothing ever accepted: the curve is all zeros already
-        return DomainModel(name, q)
+    curve = tuple(acc.conditional[:reached].tolist())
     try:
-        shift = fit_shift(q, acc.tau, spread, spread_req)
-    except ValueError:  # tau beyond what a shift in [-12, 12] reaches (all or nothing accepted)
-        reach = expected_tau(np.clip(np.asarray(q), 1e-6, 1 - 1e-6), 12.0, spread, spread_req)
-        shift = 12.0 if reach < acc.tau else -12.0
-    return DomainModel(name, q, shift)
+        latent = _fitted(curve, spread, spread_req)
+    except ValueError as err:
+        raise InputError(
+            path,
+            None,
+            f"no latent means serve its curve at spread={spread:g}, "
+            f"spread_req={spread_req:g} ({err}): try smaller spreads",
+        ) from None
+    return DomainModel(model or "vllm", latent + (0.0,) * (n - reached))

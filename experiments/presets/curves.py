@@ -23,7 +23,7 @@ def main() -> None:
     for target in TARGETS:
         for drafter, domain in FITTED:
             source = parse_acceptance(f"preset:{drafter}:{domain}:{target}", 7)
-            curve, tau = served_curve(source, N_REQUESTS, TOKENS, np.random.default_rng(0))
+            curve, tau, _ = served_curve(source, N_REQUESTS, TOKENS, np.random.default_rng(0))
             ref = TABLE1[target, drafter, domain]
             cells = " ".join(f"{c:.3f}" for c in curve)
             print(f"| {target} | {drafter}:{domain} | {cells} | {tau:.3f} | {ref} | "

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
-from dsim.acceptance.parametric import serving_curve
+from dsim.acceptance.parametric import fit_latent, serving_curve
 from dsim.acceptance.presets import FIT_SPREAD, FIT_SPREAD_REQ, TABLE1, TARGETS
 
 GAMMA = 7
@@ -74,17 +74,6 @@ def _curve(latent: np.ndarray) -> tuple[np.ndarray, float]:
     return serving_curve(latent, FIT_SPREAD, FIT_SPREAD_REQ, N_REQ, N_ROUND, seed=2024)
 
 
-def fit_latent(target: np.ndarray) -> np.ndarray:
-    """Latent logits whose simulated conditional curve equals `target` (fixed-point iteration)."""
-    latent = logit(target)
-    for _ in range(200):
-        step = logit(target) - logit(_curve(latent)[0])
-        latent = latent + step
-        if np.abs(step).max() < 1e-6:
-            return latent
-    raise RuntimeError("latent fit did not converge")
-
-
 def _shift(latent: np.ndarray, tau: float) -> float:
     """The logit shift that moves the serving tau of `latent` to `tau`."""
     return round(brentq(lambda s: _curve(latent + s)[1] - tau, -3, 3, xtol=1e-7), 4)
@@ -94,7 +83,7 @@ def main() -> None:
     out = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, "presets": {}}
     for key in SHAPE:
         target = target_curve(key)
-        latent = np.round(fit_latent(target), 4)
+        latent = np.round(fit_latent(target, FIT_SPREAD, FIT_SPREAD_REQ, N_REQ, N_ROUND, 2024), 4)
         curve, tau4 = _curve(latent)
         shifts = {t: 0.0 if t == "qwen3-4b" else _shift(latent, TABLE1[t, *key]) for t in TARGETS}
         out["presets"][":".join(key)] = {

@@ -304,6 +304,8 @@ class _Checker:
         self.keys(table, LAYOUT_AXES, "layout.")
         if load_axis in table:
             self.fail(f"layout.{load_axis}", "is the load axis: sweep it in [load] only")
+        if "disagg" in table and load_axis == "replicas":
+            self.fail("layout.disagg", "replaces replicas, the load axis: sweep another load")
         if "disagg" in table and "replicas" in table:
             self.fail("layout", "set disagg or replicas, not both (disagg replaces replicas)")
         axes = []

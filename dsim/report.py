@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -57,8 +58,10 @@ def summary_table(summary: dict, title: str) -> Table:
         )
     if "unstable" in summary:  # the overload rule (docs/pareto.md)
         verdict = "UNSTABLE" if summary["unstable"] else "stable"
-        growth = f"queue +{summary['queue_growth']} (limit {summary['queue_growth_limit']:g})"
-        table.add_row("overload", verdict, f"{growth}, TTFT x{summary['ttft_growth']:.3g}")
+        growth = f"queue {summary['queue_growth']:+d} (limit {summary['queue_growth_limit']:g})"
+        ratio = summary["ttft_growth"]
+        ttft = "n/a" if math.isnan(ratio) else f"x{ratio:.3g}"
+        table.add_row("overload", verdict, f"{growth}, TTFT {ttft} (last/first fifth)")
         table.add_row(
             "steady throughput", f"{summary['steady_throughput_tok_s']:.4g}", "tok/s (10-90%)"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -55,6 +56,16 @@ def summary_table(summary: dict, title: str) -> Table:
         table.add_row(
             "throughput per GPU", f"{summary['throughput_tok_s_per_gpu']:.4g}", "tok/s/GPU"
         )
+    if "unstable" in summary:  # the overload rule (docs/pareto.md)
+        verdict = "UNSTABLE" if summary["unstable"] else "stable"
+        growth = f"queue {summary['queue_growth']:+d} (limit {summary['queue_growth_limit']:g})"
+        ratio = summary["ttft_growth"]
+        ttft = "n/a" if math.isnan(ratio) else f"x{ratio:.3g}"
+        table.add_row("overload", verdict, f"{growth}, TTFT {ttft} (last/first fifth)")
+        table.add_row(
+            "steady throughput", f"{summary['steady_throughput_tok_s']:.4g}", "tok/s (10-90%)"
+        )
+        table.add_row("steady TTFT p50", f"{summary['steady_ttft_p50_s']:.4g}", "s (10-90%)")
     if len(summary.get("per_replica", ())) > 1:  # a cluster (docs/cluster.md)
         table.add_row("replicas", str(len(summary["per_replica"])), "")
         table.add_row("load imbalance", f"{summary['load_imbalance']:.4g}", "max/mean tokens")

@@ -28,7 +28,15 @@ TRACE = option("trace", "Arrival trace file or synthetic:KEY=V,...", WORKLOAD)
 PROFILE = option("profile", "Hardware load profile CSV of the target.", ENGINE)
 POLICY = option("policy", f"{policy_usage()} (docs/policies.md)", SPECULATION)
 SEED = option("seed", "Random seed (same seed, same bytes).", WORKLOAD)
-WINDOW = option("window", "Keep arrivals in START:END seconds.", WORKLOAD)
+WINDOW = option(
+    "window",
+    "Keep arrivals in START:END seconds of the rate-scaled timeline (a higher --rate-scale "
+    "reads more of the trace); past the trace's end is an error unless --window-wrap.",
+    WORKLOAD,
+)
+WINDOW_WRAP = option(
+    "window_wrap", "Replay the trace end to end when --window ends past it.", WORKLOAD
+)
 RATE_SCALE = option("rate_scale", "Scale the arrival rate (2 = twice the load).", WORKLOAD)
 MAX_REQUESTS = option("max_requests", "Keep only the first N requests.", WORKLOAD)
 MAX_SEQS = option("max_seqs", "Concurrent requests cap.", ENGINE)
@@ -120,6 +128,7 @@ def run_cmd(
     gamma: int = option("gamma", "Drafts proposed per round.", SPECULATION),
     seed: int = SEED,
     window: str | None = WINDOW,
+    window_wrap: bool = WINDOW_WRAP,
     rate_scale: float = RATE_SCALE,
     max_requests: int | None = MAX_REQUESTS,
     max_seqs: int = MAX_SEQS,

@@ -194,14 +194,34 @@ def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:
 
 
 def load_spec_workload(spec: RunSpec) -> Workload:
-    """The spec's trace, cut to its window and first requests, at its rate scale."""
+    """The spec's trace at its rate scale, cut to its window on that scaled timeline (so a
+    higher load reads more of the trace for the same simulated seconds), then to its first
+    requests. A window past the trace's end is an error unless `window_wrap` replays the
+    trace end to end."""
     with reading("trace"):
-        workload = load_workload(spec.trace, spec.seed)
+        workload = load_workload(spec.trace, spec.seed).scale_rate(spec.rate_scale)
         if spec.window:
-            workload = workload.window(*spec_grammar.window(spec.window))
+            start, end = spec_grammar.window(spec.window)
+            workload = _fit_window(workload, spec, end).window(start, end)
         if spec.max_requests is not None:
             workload = workload.head(spec.max_requests)
-        return workload.scale_rate(spec.rate_scale)
+        return workload
+
+
+def _fit_window(workload: Workload, spec: RunSpec, end: float | None) -> Workload:
+    """The scaled trace, replayed until `end` with `window_wrap`; an error if `end` is past it."""
+    if end is None or end <= workload.end_s:
+        return workload
+    if spec.window_wrap:
+        return workload.wrapped(end)
+    scale = f" at rate scale {spec.rate_scale:g}" if spec.rate_scale != 1 else ""
+    raise InputError(
+        workload.source,
+        None,
+        f"--window {spec.window!r} ends past the trace's end: the trace spans "
+        f"{workload.end_s:.6g} s{scale} (windows are on the scaled timeline); use an END up to "
+        "that, or --window-wrap to replay the trace end to end",
+    )
 
 
 def resolve(spec: RunSpec) -> RunInputs:

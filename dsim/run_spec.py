@@ -34,7 +34,8 @@ class RunSpec:
     policy: str = "dspark"
     gamma: int = _ENGINE.gamma
     seed: int = 0
-    window: str | None = None
+    window: str | None = None  # on the rate-scaled timeline
+    window_wrap: bool = False  # a window past the trace's end replays the trace end to end
     rate_scale: float = 1.0
     max_requests: int | None = None
     max_seqs: int = _ENGINE.max_seqs

@@ -26,9 +26,34 @@ class Workload:
     output_tokens: np.ndarray
     source: str
     concurrency: int | None = None  # a closed-loop client: at most this many in flight
+    end: float | None = None  # where the trace's time ends (None: at its last arrival)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def end_s(self) -> float:
+        """The time the trace covers: a synthetic trace's duration, else its last arrival."""
+        return float(self.arrival_s[-1]) if self.end is None else self.end
+
+    def wrapped(self, until: float) -> Workload:
+        """The trace replayed end to end until `until` seconds: copy k starts k periods later,
+        a period being the span plus one mean gap between arrivals (`end` if set)."""
+        n = len(self)
+        span = self.end_s if self.end is not None or n < 2 else self.end_s * n / (n - 1)
+        if span <= 0:
+            raise InputError(self.source, None, "cannot wrap a trace whose arrivals span 0 s")
+        copies = int(np.floor(until / span)) + 1
+        check_number(copies * n, "requests of the wrapped trace", le=MAX_REQUESTS)
+        offsets = np.repeat(np.arange(copies, dtype=np.float64) * span, n)
+        return Workload(
+            np.tile(self.arrival_s, copies) + offsets,
+            np.tile(self.prompt_tokens, copies),
+            np.tile(self.output_tokens, copies),
+            self.source,
+            self.concurrency,
+            copies * span,
+        )
 
     def window(self, start: float, end: float | None) -> Workload:
         """Keep arrivals in [start, end) seconds, re-based so the window starts at 0."""
@@ -42,6 +67,7 @@ class Workload:
             self.output_tokens[keep],
             self.source,
             self.concurrency,
+            None if self.end is None else min(self.end, hi) - start,
         )
 
     def scale_rate(self, factor: float) -> Workload:
@@ -53,6 +79,7 @@ class Workload:
             self.output_tokens,
             self.source,
             self.concurrency,
+            None if self.end is None else self.end / factor,
         )
 
     def head(self, n: int) -> Workload:
@@ -185,7 +212,10 @@ def synthetic(spec: str, seed: int) -> Workload:
             np.maximum(1, np.round(rng.lognormal(np.log(m) - sigma**2 / 2, sigma, size=k)))
             for m in means
         )
-    return Workload(arrival, prompt.astype(np.int64), output.astype(np.int64), spec, concurrency)
+    end = None if "n" in opts or not k else duration
+    return Workload(
+        arrival, prompt.astype(np.int64), output.astype(np.int64), spec, concurrency, end
+    )
 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:

@@ -119,7 +119,7 @@ def test_each_spec_field_is_read_once_per_run(tmp_path, reads, layout):
     (tmp_path / "flat.json").write_text('{"kv_bytes_per_token": 1000}')
     spec = RunSpec(
         trace="synthetic:rate=20,n=30,prompt=64,output=16",
-        window="0:100",
+        window="0:1",  # inside the trace (30 arrivals at 20/s),
         profile=str(profile),
         acceptance="mix:iid:0.7=1,iid:0.8=1",
         policy="dspark",

@@ -4,7 +4,8 @@ Layout (every key but `policies` and the load axis is optional)::
 
     description = "what the sweep shows"
     policies = ["mtp1", "dspark"]
-    baseline = "mtp1"                 # gains are reported over this policy (default: the first)
+    baseline = "mtp1"                 # gains are reported over this policy (default: the first),
+                                      # or "best-fixed": the best of the fixed:K policies
     seeds = [0, 1, 2]                 # every point is run once per seed (default: run.seed)
 
     [run]                             # any RunSpec field but policy and the load axis
@@ -16,8 +17,15 @@ Layout (every key but `policies` and the load axis is optional)::
     # max_seqs = [8, 32, 128]         # caps on concurrent requests, or
     # replicas = [1, 2, 4]            # replicas behind run.router (docs/cluster.md)
 
+    [layout]                          # optional, crossed with the load axis and each other
+    disagg = ["2:6", "3:5", "off"]    # P:D splits ("off": run.replicas colocated replicas)
+    # replicas = [2, 4]               # colocated replicas
+    # profile = ["a.csv", "b.csv"]    # step-time profiles (TP degrees, engines)
+
     [sla]
     anchors = [40, 80]                # minimum per-user tok/s
+    ttft_p50_s = 2.0                  # points past a TTFT bound are excluded (docs/pareto.md)
+    ttft_p99_s = 10.0
 
 Every problem is one line naming the file and the key; the first one found is raised.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, fields, replace
+from itertools import product
 from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
@@ -38,7 +47,11 @@ from dsim.run_spec import RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
-_TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "sla"}
+LAYOUT_AXES = ("disagg", "replicas", "profile")
+BEST_FIXED = "best-fixed"  # the baseline that is the upper envelope of the fixed:K policies
+COLOCATED = "off"  # a `[layout] disagg` entry: no disaggregation
+_TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "layout", "sla"}
+_SLA_KEYS = {"anchors", "ttft_p50_s", "ttft_p99_s"}
 _RUN_TYPES = get_type_hints(RunSpec)
 _RUN_KEYS = [f.name for f in fields(RunSpec) if f.name != "policy"]
 
@@ -56,20 +69,59 @@ class SweepConfig:
     loads: tuple[float, ...]
     sla_anchors: tuple[float, ...]
     seeds: tuple[int, ...] = (0,)
+    layouts: tuple[Layout, ...] = ()  # empty: the base spec's layout only
+    ttft_bounds: tuple[tuple[str, float], ...] = ()  # (summary field, upper bound in s)
+
+    @property
+    def baseline_members(self) -> tuple[str, ...]:
+        """The policies the baseline is the best of: every fixed:K for best-fixed."""
+        if self.baseline == BEST_FIXED:
+            return tuple(p for p in self.policies if p.startswith("fixed:"))
+        return (self.baseline,)
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
-        """(policy, load, spec) for every point: policies outer, then loads (ascending), seeds
-        innermost."""
+        """(policy, load, spec) for every point: policies outer, then layouts, loads
+        (ascending), seeds innermost."""
         return [
             (
                 policy,
                 load,
-                replace(self.base, policy=policy, seed=seed, **{self.load_axis: _axis(self, load)}),
+                replace(
+                    self.base,
+                    policy=policy,
+                    seed=seed,
+                    **layout.fields,
+                    **{self.load_axis: _axis(self, load)},
+                ),
             )
             for policy in self.policies
+            for layout in self.layouts or (Layout(()),)
             for load in self.loads
             for seed in self.seeds
         ]
+
+    def layout_of(self, spec: RunSpec) -> str:
+        """The label of the layout `spec` runs ("" without a [layout] table)."""
+        for layout in self.layouts:
+            if all(spec.as_dict()[k] == v for k, v in layout.fields.items()):
+                return layout.label
+        return ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One point of the [layout] axes: the RunSpec fields it sets, in the config's key order."""
+
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {k: (None if k == "disagg" and v == COLOCATED else v) for k, v in self.values}
+
+    @property
+    def label(self) -> str:
+        """`disagg 2:6`, `profile NAME` (the file's stem), joined by commas."""
+        return ", ".join(f"{k} {Path(v).stem if k == 'profile' else v}" for k, v in self.values)
 
 
 def _axis(cfg: SweepConfig, load: float) -> float | int:
@@ -92,17 +144,29 @@ def load_config(path: str | Path) -> SweepConfig:
     if len(set(policies)) != len(policies):
         check.fail("policies", "lists a policy twice")
     baseline = check.typed(raw, "baseline", str, "") or policies[0]
-    if baseline not in policies:
-        check.fail("baseline", f"{baseline!r} is not one of the policies")
+    if baseline == BEST_FIXED and not any(p.startswith("fixed:") for p in policies):
+        check.fail("baseline", f"{BEST_FIXED} needs at least one fixed:K among the policies")
+    if baseline not in (*policies, BEST_FIXED):
+        check.fail("baseline", f"{baseline!r} is not one of the policies (or {BEST_FIXED})")
     axis, loads = check.load_table(check.table(raw, "load"))
-    base = check.run_table(check.table(raw, "run"), axis)
+    layout_table = check.table(raw, "layout")
+    base = check.run_table(check.table(raw, "run"), axis, layout_table)
     seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
+    layouts = check.layouts(layout_table, axis)
     for policy in policies:
         check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
     sla = check.table(raw, "sla")
-    check.keys(sla, {"anchors"}, "sla.")
+    check.keys(sla, _SLA_KEYS, "sla.")
     anchors = check.number_list(sla, "anchors", "sla.", positive=True)
+    bounds = tuple(
+        (key, check.positive(sla, key, "sla."))
+        for key in ("ttft_p50_s", "ttft_p99_s")
+        if key in sla
+    )
     _check_inputs(check, base)
+    for layout in layouts:
+        _check_inputs(check, replace(base, **layout.fields), "layout")
+    check_window(check, base, axis, loads)
     return SweepConfig(
         path,
         description,
@@ -113,20 +177,30 @@ def load_config(path: str | Path) -> SweepConfig:
         tuple(loads),
         tuple(sorted(anchors)),
         seeds,
+        layouts,
+        bounds,
     )
+
+
+def check_window(check: _Checker, spec: RunSpec, axis: str, loads: list[float]) -> None:
+    """With a window and rate scales, the highest load reads the most of the trace: check now
+    that its window ends inside the trace, not mid-sweep."""
+    if spec.window and axis == "rate_scale":
+        _check_inputs(check, replace(spec, rate_scale=max(loads)))
 
 
 # The config key an input's error is reported under, by the spec field that raised it.
 _FIELD_KEYS = {"topology": "run", "policy": "policies"}
 
 
-def _check_inputs(check: _Checker, spec: RunSpec) -> None:
-    """Read every input the simulations will read, so a bad file fails now, not mid-sweep."""
+def _check_inputs(check: _Checker, spec: RunSpec, key: str | None = None) -> None:
+    """Read every input the simulations will read, so a bad file fails now, not mid-sweep;
+    `key` names the config key the error is reported under (default: the spec field's)."""
     try:
         resolve(spec)
     except InputError as exc:
         field = getattr(exc, "field", None) or "run"
-        check.fail(_FIELD_KEYS.get(field, f"run.{field}"), str(exc))
+        check.fail(key or _FIELD_KEYS.get(field, f"run.{field}"), str(exc))
 
 
 class _Checker:
@@ -200,10 +274,13 @@ class _Checker:
             self.fail("seeds", "seeds must be distinct integers >= 0")
         return tuple(value)
 
-    def run_table(self, run: dict, axis: str) -> RunSpec:
+    def run_table(self, run: dict, axis: str, layout: dict) -> RunSpec:
         """The [run] table as a RunSpec: every key must be a RunSpec field of the right type."""
         if axis in run:
             self.fail(f"run.{axis}", "is the load axis: set it in [load]")
+        for key in layout:
+            if key in run:
+                self.fail(f"run.{key}", "is a layout axis: set it in [layout]")
         if "policy" in run:
             self.fail("run.policy", "set the top-level `policies` list instead")
         self.keys(run, _RUN_KEYS, "run.")
@@ -216,6 +293,32 @@ class _Checker:
             return RunSpec(**values)
         except InputError as exc:  # RunSpec checks every number: name the [run] key
             self.fail(f"run.{str(exc).split()[0]}", str(exc))
+
+    def positive(self, table: dict, key: str, prefix: str) -> float:
+        value = self.typed(table, key, float, prefix)
+        self.wrap(f"{prefix}{key}", lambda: check_number(value, "the bound", gt=0))
+        return value
+
+    def layouts(self, table: dict, load_axis: str) -> tuple[Layout, ...]:
+        """[layout]: lists of disagg splits, replica counts and profiles, crossed in key order."""
+        self.keys(table, LAYOUT_AXES, "layout.")
+        if load_axis in table:
+            self.fail(f"layout.{load_axis}", "is the load axis: sweep it in [load] only")
+        if "disagg" in table and load_axis == "replicas":
+            self.fail("layout.disagg", "replaces replicas, the load axis: sweep another load")
+        if "disagg" in table and "replicas" in table:
+            self.fail("layout", "set disagg or replicas, not both (disagg replaces replicas)")
+        axes = []
+        for key, values in table.items():
+            kind = int if key == "replicas" else str
+            ok = isinstance(values, list) and values
+            if not ok or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+                what = "integers" if kind is int else "strings"
+                self.fail(f"layout.{key}", f"expected a non-empty list of {what}")
+            if len(set(values)) != len(values):
+                self.fail(f"layout.{key}", "lists a value twice")
+            axes.append([(key, v) for v in values])
+        return tuple(Layout(tuple(combo)) for combo in product(*axes)) if axes else ()
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

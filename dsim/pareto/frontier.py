@@ -8,6 +8,10 @@ ends, so "cannot meet" and "out of range" mean exactly that the sweep did not re
 With several seeds, the frontier drawn and stored is that of the per-load means over seeds, and
 every figure read off it is computed on each seed's own frontier, then reported as the mean over
 seeds with its min and max.
+
+A baseline is the best of its members at each throughput: one policy, or for `best-fixed`
+every `fixed:K` of the sweep, whose upper envelope is the speed of the best fixed length at
+that throughput (and its maximum throughput at an SLA is the best member's).
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ def seed_means(points: pd.DataFrame) -> pd.DataFrame:
     out = group[numeric].mean().join(spread)
     out["seeds"] = group.size()
     out["point"] = group["point"].agg(",".join)
+    if "excluded" in points:  # the same in every seed (dsim.pareto.exclusion)
+        out["excluded"] = group["excluded"].first()
     return out.reset_index()
 
 
 def seed_fronts(points: pd.DataFrame) -> list[pd.DataFrame]:
     """Each seed's own frontier (one frontier when the table has no seed column)."""
-    if "seed" not in points:
+    if "seed" not in points or points.empty:
         return [pareto_front(points)]
     return [pareto_front(p) for _, p in points.groupby("seed", sort=True)]
 
@@ -82,35 +88,63 @@ def throughput_at_sla(front: pd.DataFrame, policy: str, sla_tps: float) -> float
     return float(np.interp(sla_tps, x[::-1], y[::-1]))
 
 
+def _best(values: list[float]) -> float:
+    """The largest of the values that are not NaN; NaN when none is."""
+    finite = [v for v in values if not np.isnan(v)]
+    return max(finite) if finite else float("nan")
+
+
+def baseline_speed(front: pd.DataFrame, members: tuple[str, ...], throughput: float) -> float:
+    """The baseline's speed at this throughput: the best of its members' (NaN if none reaches)."""
+    return _best([speed_at_throughput(front, m, throughput) for m in members])
+
+
+def baseline_sla(front: pd.DataFrame, members: tuple[str, ...], sla_tps: float) -> float:
+    """The baseline's maximum throughput at an anchor: the best of its members'."""
+    return _best([throughput_at_sla(front, m, sla_tps) for m in members])
+
+
+def _range(front: pd.DataFrame, members: tuple[str, ...]) -> tuple[float, float] | None:
+    """The throughputs any of `members`' frontiers covers (their union), or None."""
+    ys = [y for y in (_curve(front, m)[1] for m in members) if len(y)]
+    return (min(y[0] for y in ys), max(y[-1] for y in ys)) if ys else None
+
+
 def matched_gains(
     front: pd.DataFrame,
     policies: list[str],
     baseline: str,
     levels: int = 6,
     fronts: list[pd.DataFrame] | None = None,
+    members: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """Per-user speed gain over the baseline at `levels` throughputs every frontier covers.
 
     Speeds and gains are read off each of `fronts` (the per-seed frontiers; default `front`
     alone) and given as the mean over them, with the gain's min and max. The levels are evenly
-    spaced over the throughput range all those frontiers of all the policies share, so each
-    level compares every policy at the same throughput in every seed. Where the ranges share
-    nothing, the baseline's range on `front` is used and a frontier that does not reach a level
-    gives NaN there.
+    spaced over the throughput range all those frontiers of all the policies and of the
+    baseline's members share, so each level compares every policy at the same throughput in
+    every seed, with every member. Where the ranges share nothing, the union of the members'
+    ranges on `front` is used and a frontier that does not reach a level gives NaN there. The
+    baseline's members are not compared with it.
     """
     fronts = [front] if fronts is None else fronts
-    ranges = [_curve(f, p)[1] for f in fronts for p in policies]
-    ranges = [(y[0], y[-1]) for y in ranges if len(y)]
+    members = members or (baseline,)
+    compared = [p for p in policies if p != baseline and p not in members]
+    ranges = [_range(f, (p,)) for f in fronts for p in (*compared, *members)]
+    ranges = [r for r in ranges if r is not None]
+    columns = ["policy", "throughput_tok_s", "tps_p50", "baseline_tps_p50", "gain"]
+    columns += ["gain_min", "gain_max"]
+    base_range = _range(front, members)
+    if not ranges or base_range is None:
+        return pd.DataFrame([], columns=columns)
     lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
     if lo > hi:
-        _, base_y = _curve(front, baseline)
-        lo, hi = base_y[0], base_y[-1]
+        lo, hi = base_range
     rows = []
     for level in np.linspace(lo, hi, levels) if hi > lo else [lo]:
-        base = np.array([speed_at_throughput(f, baseline, level) for f in fronts])
-        for policy in policies:
-            if policy == baseline:
-                continue
+        base = np.array([baseline_speed(f, members, level) for f in fronts])
+        for policy in compared:
             speed = np.array([speed_at_throughput(f, policy, level) for f in fronts])
             gain = speed / base - 1.0
             rows.append(
@@ -124,8 +158,7 @@ def matched_gains(
                     "gain_max": float(np.max(gain)),
                 }
             )
-    columns = ["policy", "throughput_tok_s", "tps_p50", "baseline_tps_p50", "gain"]
-    return pd.DataFrame(rows, columns=[*columns, "gain_min", "gain_max"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def sla_throughputs(
@@ -134,19 +167,25 @@ def sla_throughputs(
     baseline: str,
     anchors: list[float],
     fronts: list[pd.DataFrame] | None = None,
+    members: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
-    """Max throughput of each policy at each anchor, and its ratio to the baseline's.
+    """Max throughput of each policy (and of a baseline that is not one) at each anchor, and
+    its ratio to the baseline's.
 
     The ratio is inf where only the baseline cannot meet the anchor, NaN where the policy can't.
     Read off each of `fronts` (per-seed frontiers; default `front`): the mean over seeds, with
     the ratio's min and max (NaN as soon as one seed cannot meet the anchor).
     """
     fronts = [front] if fronts is None else fronts
+    members = members or (baseline,)
     rows = []
     for anchor in anchors:
-        base = np.array([throughput_at_sla(f, baseline, anchor) for f in fronts])
-        for policy in policies:
-            best = np.array([throughput_at_sla(f, policy, anchor) for f in fronts])
+        base = np.array([baseline_sla(f, members, anchor) for f in fronts])
+        for policy in [*policies, *([] if baseline in policies else [baseline])]:
+            if policy == baseline:
+                best = base
+            else:
+                best = np.array([throughput_at_sla(f, policy, anchor) for f in fronts])
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(base > 0, best / base, np.where(best > 0, np.inf, np.nan))
             rows.append(

@@ -9,14 +9,8 @@ import pandas as pd
 
 from dsim.errors import InputError
 from dsim.fileio import staged_files, write_parquet
+from dsim.pareto.analysis import analyse
 from dsim.pareto.config import SweepConfig, load_config
-from dsim.pareto.frontier import (
-    matched_gains,
-    pareto_front,
-    seed_fronts,
-    seed_means,
-    sla_throughputs,
-)
 from dsim.pareto.plots import plot_load, plot_pareto
 from dsim.pareto.report import render_report
 from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
@@ -31,18 +25,15 @@ def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, 
 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
     """points.parquet, frontier.parquet, pareto.png, load.png and report.md, as one set."""
-    policies = list(cfg.policies)
-    means, fronts = seed_means(points), seed_fronts(points)
-    front = pareto_front(means)
-    gains = matched_gains(front, policies, cfg.baseline, fronts=fronts)
-    sla = sla_throughputs(front, policies, cfg.baseline, list(cfg.sla_anchors), fronts=fronts)
-    title = f"{cfg.path.stem}: {Path(cfg.base.profile).stem}, gamma {cfg.base.gamma}"
-    report = render_report(cfg, points, gains, sla)
+    result = analyse(cfg, points)  # marks the points that do not count (docs/pareto.md)
+    profile = "" if any("profile" in lay.fields for lay in cfg.layouts) else cfg.base.profile
+    title = f"{cfg.path.stem}: {Path(profile).stem or 'profiles'}, gamma {cfg.base.gamma}"
+    report = render_report(cfg, points, result)
     with staged_files(out) as tmp:  # the five outputs are replaced together
-        for name, table in (("points", points), ("frontier", front)):
+        for name, table in (("points", points), ("frontier", result.front)):
             write_parquet(table, tmp / f"{name}.parquet")
-        plot_pareto(points, front, list(cfg.sla_anchors), title, tmp / "pareto.png")
-        plot_load(means, title, tmp / "load.png")
+        plot_pareto(cfg, points, result, title, tmp / "pareto.png")
+        plot_load(result.means, title, tmp / "load.png")
         (tmp / "report.md").write_text(report)
 
 
@@ -61,5 +52,6 @@ def run_pareto(
         raise InputError(out, None, "exists and is not a folder: choose another --out")
     table = run_sweep(points, out, executor, jobs, address, progress)
     table.insert(1, "load_axis", cfg.load_axis)
+    table.insert(2, "layout", [cfg.layout_of(p.spec) for p in points])
     write_outputs(cfg, table, out)
     return table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +14,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dsim.fileio import write_with  # noqa: E402
+from dsim.pareto.analysis import Analysis  # noqa: E402
+from dsim.pareto.config import BEST_FIXED, SweepConfig  # noqa: E402
 from dsim.pareto.frontier import X, Y  # noqa: E402
+from dsim.policies.registry import BUILT_INS  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
@@ -31,9 +35,44 @@ def _log_x(ax: plt.Axes) -> None:
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
-def _colors(policies: list[str]) -> dict[str, tuple]:
-    cmap = plt.get_cmap("tab10")
-    return {p: cmap(i % 10) for i, p in enumerate(policies)}
+# Stable colours (tab10 indices) for the built-in kinds, so a policy looks the same in every
+# sweep whatever else it is compared with; fixed:K (greys) and threshold:h (pinks) are shaded by
+# their argument, plug-ins take a Dark2 colour from their class name.
+_KIND_COLORS = {"mtp1": 0, "dspark": 1, "dspark-async": 2, "goodput": 3, "oracle": 4, "ar": 5}
+_BUILT_IN_KINDS = {entry.kind for entry in BUILT_INS}
+LINESTYLES = ("-", "--", "-.", ":")  # one per layout, in the config's order
+
+
+def display_name(spec: str) -> str:
+    """A policy's legend name: the spec of a built-in, the class name of a plug-in."""
+    kind = spec.partition(":")[0]
+    return spec if kind in _BUILT_IN_KINDS or ":" not in spec else spec.rpartition(":")[2]
+
+
+def policy_color(spec: str) -> tuple:
+    """The policy's colour, the same in every sweep (a plug-in's from its class name)."""
+    kind, _, arg = spec.partition(":")
+    if spec == BEST_FIXED:
+        return (0.0, 0.0, 0.0, 1.0)
+    if kind in _KIND_COLORS and not arg:
+        return plt.get_cmap("tab10")(_KIND_COLORS[kind])
+    if kind in ("fixed", "threshold") and kind in _BUILT_IN_KINDS:
+        value = float(arg) / 8 if kind == "fixed" else float(arg)
+        cmap = plt.get_cmap("Greys" if kind == "fixed" else "RdPu")
+        return cmap(0.35 + 0.6 * min(max(value, 0.0), 1.0))
+    digest = hashlib.sha256(display_name(spec).encode()).digest()
+    return plt.get_cmap("Dark2")(digest[0] % 8)
+
+
+def _series(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(policy, layout, rows) per policy and layout, in first-appearance order."""
+    if "layout" not in table:
+        table = table.assign(layout="")
+    return [(p, lay, g) for (p, lay), g in table.groupby(["policy", "layout"], sort=False)]
+
+
+def _label(policy: str, layout: str) -> str:
+    return display_name(policy) + (f" | {layout}" if layout else "")
 
 
 def _spread(front: pd.DataFrame, col: str) -> list[np.ndarray]:
@@ -46,56 +85,98 @@ def _spread(front: pd.DataFrame, col: str) -> list[np.ndarray]:
     ]
 
 
-def plot_pareto(
-    points: pd.DataFrame, front: pd.DataFrame, anchors: list[float], title: str, path: Path
-) -> None:
-    """Throughput vs median per-user speed: points, frontier line per policy, SLA anchors.
+def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title: str, path: Path):
+    """Throughput vs median per-user speed (points, frontier per policy and layout, SLA
+    anchors), above the speed gain over the baseline at matched throughput.
 
+    Excluded points (docs/pareto.md) are hollow; each mean point is labelled with its load.
     With several seeds the line is the frontier of the per-load means, its points carry the
     min-max range over seeds as error bars, and the single-seed points are drawn faintly."""
-    policies = list(points["policy"].unique())
-    color = _colors(policies)
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    for policy in policies:
-        p, f = points[points["policy"] == policy], front[front["policy"] == policy]
-        ax.scatter(p[X], p[Y], s=18, color=color[policy], alpha=0.6)
-        ax.plot(f[X], f[Y], "-", color=color[policy], label=policy, linewidth=1.8)
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(8.5, 8.5), gridspec_kw={"height_ratios": [3, 1.4]})
+    styles = {lay: LINESTYLES[i % 4] for i, lay in enumerate(dict.fromkeys(points["layout"]))}
+    for policy, layout, p in _series(points):
+        color, line = policy_color(policy), styles[layout]
+        kept = p["excluded"] == ""
+        ax.scatter(p[X][kept], p[Y][kept], s=18, color=color, alpha=0.6)
+        ax.scatter(p[X][~kept], p[Y][~kept], s=22, facecolors="none", edgecolors=[color])
+        f = result.front[(result.front["policy"] == policy) & (result.front["layout"] == layout)]
+        ax.plot(f[X], f[Y], line, color=color, label=_label(policy, layout), linewidth=1.8)
         if "seeds" in f and f["seeds"].max() > 1:
             ax.errorbar(
-                f[X], f[Y], fmt="none", ecolor=color[policy], elinewidth=1, capsize=2,
+                f[X], f[Y], fmt="none", ecolor=color, elinewidth=1, capsize=2,
                 xerr=_spread(f, X), yerr=_spread(f, Y),
             )  # fmt: skip
-    for anchor in anchors:
-        ax.axvline(anchor, color="0.4", linestyle=":", linewidth=1)
-        ax.annotate(
-            f"SLA {anchor:g}", (anchor, 1.0), xycoords=("data", "axes fraction"),
-            rotation=90, va="top", ha="right", fontsize=8, color="0.3",
-        )  # fmt: skip
+    _load_labels(ax, result.means)
     _log_x(ax)
+    if (points["excluded"] != "").any():
+        ax.scatter([], [], s=22, facecolors="none", edgecolors="0.3", label="excluded (hollow)")
+    _sla_labels(ax, list(cfg.sla_anchors))
     ax.set_xlabel("median per-user speed (tok/s/user, log scale)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8, title=f"point labels: {cfg.load_axis}", title_fontsize=8)
+    _plot_gains(low, result.gains, display_name(cfg.baseline), styles)
     fig.tight_layout()
     _save(fig, path)
+
+
+def _load_labels(ax: plt.Axes, means: pd.DataFrame) -> None:
+    """Each mean point's load beside it, in its policy's colour."""
+    for policy, _, m in _series(means):
+        for _, row in m.iterrows():
+            if not (np.isnan(row[X]) or np.isnan(row[Y])):
+                ax.annotate(
+                    f"{row['load']:g}", (row[X], row[Y]), xytext=(3, 3), textcoords="offset points",
+                    fontsize=6, color=policy_color(policy), alpha=0.9,
+                )  # fmt: skip
+
+
+def _sla_labels(ax: plt.Axes, anchors: list[float]) -> None:
+    """A dotted line per anchor; a label that would touch the previous one is set lower."""
+    for anchor in anchors:
+        ax.axvline(anchor, color="0.4", linestyle=":", linewidth=1)
+    lo, hi = np.log(ax.get_xlim())
+    previous, level = -1.0, 0
+    for anchor in sorted(anchors):
+        at = (np.log(anchor) - lo) / (hi - lo)
+        level = (level + 1) % 4 if at - previous < 0.04 else 0
+        previous = at
+        ax.annotate(
+            f"SLA {anchor:g}", (anchor, 1.0 - 0.17 * level), xycoords=("data", "axes fraction"),
+            rotation=90, va="top", ha="right", fontsize=8, color="0.3",
+        )  # fmt: skip
+
+
+def _plot_gains(ax: plt.Axes, gains: pd.DataFrame, baseline: str, styles: dict) -> None:
+    """Speed gain over the baseline against the matched throughput, per policy and layout."""
+    ax.axhline(0.0, color="0.2", linewidth=1)
+    for policy, layout, g in _series(gains.dropna(subset=["gain"])):
+        style = dict(color=policy_color(policy), marker="o", markersize=3)
+        ax.plot(g["throughput_tok_s"], 100 * g["gain"], styles.get(layout, "-"), **style)
+    if gains.dropna(subset=["gain"]).empty:
+        ax.text(0.5, 0.5, "no throughput range shared with the baseline", ha="center",
+                transform=ax.transAxes, fontsize=9, color="0.3")  # fmt: skip
+    ax.set_xlabel("matched output throughput (tok/s)")
+    ax.set_ylabel(f"speed gain over\n{baseline} (%)")
+    ax.grid(True, alpha=0.3)
 
 
 def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
     """Throughput and mean verify budget per request against mean concurrency (means over seeds,
     with the throughput's min-max range over seeds shaded)."""
-    policies = list(points["policy"].unique())
-    color = _colors(policies)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    for policy in policies:
-        p = points[points["policy"] == policy].sort_values("mean_batch_size")
+    layouts = list(dict.fromkeys(points["layout"])) if "layout" in points else [""]
+    for policy, layout, p in _series(points):
+        p, color = p.sort_values("mean_batch_size"), policy_color(policy)
         if "seeds" in p and p["seeds"].max() > 1:
             top.fill_between(
-                p["mean_batch_size"], p[f"{Y}_min"], p[f"{Y}_max"], color=color[policy], alpha=0.2
+                p["mean_batch_size"], p[f"{Y}_min"], p[f"{Y}_max"], color=color, alpha=0.2
             )
-        style = dict(color=color[policy], marker="o", markersize=3, label=policy)
-        top.plot(p["mean_batch_size"], p[Y], **style)
-        bottom.plot(p["mean_batch_size"], p["mean_verify_budget"], **style)
+        line = LINESTYLES[layouts.index(layout) % 4]
+        style = dict(color=color, marker="o", markersize=3, label=_label(policy, layout))
+        top.plot(p["mean_batch_size"], p[Y], line, **style)
+        bottom.plot(p["mean_batch_size"], p["mean_verify_budget"], line, **style)
     top.set_ylabel("output throughput (tok/s)")
     bottom.set_ylabel("verify budget (tok/request/round)")
     bottom.set_xlabel("concurrency: mean running requests per step")
@@ -103,6 +184,6 @@ def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
     top.set_title(title)
     for ax in (top, bottom):
         ax.grid(True, which="both", alpha=0.3)
-    top.legend()
+    top.legend(fontsize=8)
     fig.tight_layout()
     _save(fig, path)

@@ -6,7 +6,8 @@ import math
 
 import pandas as pd
 
-from dsim.pareto.config import SweepConfig
+from dsim.pareto.analysis import Analysis
+from dsim.pareto.config import BEST_FIXED, SweepConfig
 from dsim.report import markdown_table
 
 _POINT_COLUMNS = {
@@ -16,6 +17,9 @@ _POINT_COLUMNS = {
     "mean_verify_budget": ("verify budget", "{:.2f}"),
     "accepted_length_mean": ("tau", "{:.2f}"),
     "ttft_p50_s": ("TTFT p50 s", "{:.3f}"),
+    "ttft_p99_s": ("TTFT p99 s", "{:.3f}"),
+    "steady_throughput_tok_s": ("steady tok/s", "{:.0f}"),
+    "queue_growth": ("queue growth", "{:+.0f}"),
 }
 
 
@@ -96,24 +100,76 @@ def sla_section(sla: pd.DataFrame, baseline: str, seeds: int = 1) -> str:
 
 def points_section(points: pd.DataFrame, axis: str) -> str:
     seeds = "seed" in points and points["seed"].nunique() > 1
+    layouts = "layout" in points and (points["layout"] != "").any()
+    columns = {k: v for k, v in _POINT_COLUMNS.items() if k in points}
     header = [
         "policy",
+        *(["layout"] if layouts else []),
         axis,
         *(["seed"] if seeds else []),
-        *(v[0] for v in _POINT_COLUMNS.values()),
+        *(v[0] for v in columns.values()),
+        "excluded",
     ]
     rows = [
-        [row["policy"], f"{row['load']:g}", *([f"{row['seed']}"] if seeds else [])]
-        + [fmt.format(row[col]) for col, (_, fmt) in _POINT_COLUMNS.items()]
+        [
+            row["policy"],
+            *([row["layout"]] if layouts else []),
+            f"{row['load']:g}",
+            *([f"{row['seed']}"] if seeds else []),
+        ]
+        + [fmt.format(row[col]) for col, (_, fmt) in columns.items()]
+        + [row.get("excluded", "") or "-"]
         for _, row in points.iterrows()
     ]
     return markdown_table(header, rows) + "\n"
 
 
-def render_report(
-    cfg: SweepConfig, points: pd.DataFrame, gains: pd.DataFrame, sla: pd.DataFrame
-) -> str:
+def per_gpu_section(sla: pd.DataFrame) -> str:
+    """Maximum throughput per GPU at each anchor, one row per layout and policy: more replicas
+    always win on throughput, so layouts are compared per GPU."""
+    if sla.empty or sla["gpus"].isna().all():
+        return "The profiles do not say their GPU counts: no per-GPU comparison.\n"
+    anchors = sorted(sla["sla_tps"].unique())
+    rows = []
+    for (layout, policy), group in sla.groupby(["layout", "policy"], sort=False):
+        by_anchor = group.set_index("sla_tps")["max_throughput_per_gpu"]
+        gpus = group["gpus"].iloc[0]
+        cells = [f"{by_anchor[a]:.0f}" if not math.isnan(by_anchor[a]) else "n/a" for a in anchors]
+        rows.append([layout or "-", policy, "n/a" if math.isnan(gpus) else f"{gpus:g}", *cells])
+    header = ["layout", "policy", "GPUs", *(f"SLA {a:g}" for a in anchors)]
+    return markdown_table(header, rows) + "\n"
+
+
+def _per_layout(table: pd.DataFrame, render, *args) -> str:
+    """One section per layout (one, unheaded, without a [layout] table)."""
+    if table.empty or (table["layout"] == "").all():
+        return render(table, *args)
+    return "\n".join(
+        f"### {layout}\n\n" + render(part, *args)
+        for layout, part in table.groupby("layout", sort=False)
+    )
+
+
+def _baseline_text(cfg: SweepConfig) -> str:
+    if cfg.baseline != BEST_FIXED:
+        return f"baseline `{cfg.baseline}`"
+    members = ", ".join(cfg.baseline_members)
+    return f"baseline `{BEST_FIXED}` (the best of {members} at each throughput)"
+
+
+def _exclusion_text(cfg: SweepConfig, points: pd.DataFrame) -> str:
+    bounds = "".join(f", {key} > {bound:g} s" for key, bound in cfg.ttft_bounds)
+    dropped = points.drop_duplicates(["policy", "layout", "load"])
+    n = int((dropped["excluded"] != "").sum())
+    return (
+        f"- {n} of {len(dropped)} policy-load points excluded (unstable{bounds}; "
+        "docs/pareto.md): drawn hollow, never on a frontier, an anchor or a gain\n"
+    )
+
+
+def render_report(cfg: SweepConfig, points: pd.DataFrame, result: Analysis) -> str:
     spec, seeds = cfg.base, len(cfg.seeds)
+    gains, sla = result.gains, result.sla
     seed_text = f"seed {spec.seed}" if seeds == 1 else f"seeds {', '.join(map(str, cfg.seeds))}"
     spread = (
         "One seed: no spread is measured, so differences of a few percent are not established.\n"
@@ -123,27 +179,35 @@ def render_report(
         "that spread, i.e. every seed puts it on the same side (gain of 0, ratio of 1); "
         "`~` marks the figures where it does not.\n"
     )
+    window = f", window {spec.window} s of the scaled timeline" if spec.window else ""
+    layouts = "; ".join(lay.label for lay in cfg.layouts)
     setup = (
-        f"- trace `{spec.trace}`" + (f", window {spec.window} s" if spec.window else "") + "\n"
+        f"- trace `{spec.trace}`{window}\n"
         f"- profile `{spec.profile}`, gamma {spec.gamma}, acceptance `{spec.acceptance}`\n"
         f"- draft cost `{spec.draft_cost}`, KV budget {spec.kv_tokens} tokens, {seed_text}\n"
         f"- load axis `{cfg.load_axis}`: {', '.join(f'{v:g}' for v in cfg.loads)}\n"
-        f"- {len(points)} points; baseline `{cfg.baseline}`; speeds are medians over requests\n"
+        + (f"- layouts (crossed with the load axis): {layouts}\n" if layouts else "")
+        + f"- {len(points)} points; {_baseline_text(cfg)}; speeds are medians over requests\n"
+        + _exclusion_text(cfg, points)
     )
+    name = cfg.baseline
     return (
         f"# Pareto sweep: {cfg.path.stem}\n\n"
         + (f"{cfg.description}\n\n" if cfg.description else "")
         + f"Config `{cfg.path}`.\n\n{setup}\n{spread}\n"
-        + f"## Per-user speed at matched throughput (over `{cfg.baseline}`)\n\n"
+        + f"## Per-user speed at matched throughput (over `{name}`)\n\n"
         + "Interpolated linearly on each policy's Pareto frontier, only inside the throughput "
         + "range all the frontiers share.\n\n"
-        + gains_section(gains, cfg.baseline, seeds)
+        + _per_layout(gains, gains_section, name, seeds)
         + "\n## Maximum throughput at each SLA anchor (tok/s)\n\n"
         + "Highest throughput on the frontier whose median per-user speed meets the anchor "
         + '(interpolated between swept points); "cannot meet" = not even at the lightest load.'
         + "\n\n"
-        + sla_section(sla, cfg.baseline, seeds)
+        + _per_layout(sla, sla_section, name, seeds)
+        + "\n## Maximum throughput per GPU at each SLA anchor (tok/s/GPU)\n\n"
+        + per_gpu_section(sla)
         + "\n## All points\n\n"
-        + "Concurrency is the mean number of running requests per step (time-weighted).\n\n"
+        + "Concurrency is the mean number of running requests per step (time-weighted); steady "
+        + "tok/s and queue growth are over the 10-90% window of the arrivals (docs/pareto.md).\n\n"
         + points_section(points, cfg.load_axis)
     )

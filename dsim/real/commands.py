@@ -109,6 +109,7 @@ def serve_cmd(
     ),
     seed: int = grouped(opts.SEED, WORKLOAD),
     window: str | None = grouped(opts.WINDOW, WORKLOAD),
+    window_wrap: bool = grouped(opts.WINDOW_WRAP, WORKLOAD),
     rate_scale: float = grouped(opts.RATE_SCALE, WORKLOAD),
     max_requests: int | None = grouped(opts.MAX_REQUESTS, WORKLOAD),
     max_seqs: int = grouped(opts.MAX_SEQS, ENGINE),

@@ -31,7 +31,7 @@ from dsim.engine.config import (
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, profile_metadata
 from dsim.inputs import recording
-from dsim.policies import Policy, policy_maker
+from dsim.policies import Policy, check_gamma, policy_maker, reads_sla, sla_users
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
@@ -79,6 +79,8 @@ class EngineInputs:
     draft_cost: DraftCost
     topology: Topology
     policy: PolicyFactory
+    warnings: tuple[str, ...] = ()  # settings that change nothing: said before the run, and
+    # repeated in its summary
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         )
     with reading("policy"):
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
+        check_gamma(spec.policy, policy.first, spec.gamma)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
     config = EngineConfig(
@@ -135,7 +138,15 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind)
-    return EngineInputs(spec, config, target, draft, shape, policy)
+    return EngineInputs(spec, config, target, draft, shape, policy, _no_effect(spec))
+
+
+def _no_effect(spec: RunSpec) -> tuple[str, ...]:
+    """The spec's settings that the run ignores, each as one line."""
+    if spec.sla_tps is not None and not reads_sla(spec.policy):
+        return (f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
+                f"(only {sla_users()} read it)",)  # fmt: skip
+    return ()
 
 
 def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:

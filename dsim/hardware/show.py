@@ -15,7 +15,6 @@ colour scale instead of a legend entry per curve.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rich.text import Text
 
 from dsim.fileio import write_with
 from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
+from dsim.report import figure
 
 KNEE_RATIO = 1.2
 PLOT_CONTEXTS = 3  # the shortest, a middle and the longest context
@@ -62,14 +62,6 @@ def curves(df: pd.DataFrame, by_seqs: bool = False) -> dict[Any, pd.DataFrame]:
             }
         )
     return out
-
-
-def figure(value: float) -> str:
-    """A plain figure with 4 significant digits and no exponent (4.664, 46.64, 4664, 46640)."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
 
 
 def _compact(heading: str) -> Group:

@@ -17,8 +17,8 @@ def replica_figures(
     """`per_replica`: one entry per replica; `load_imbalance`: the most output tokens a
     replica emitted over the mean, across the replicas that decode (1 = perfectly even).
     Disaggregated, also `prefill_busy_max` (the busiest prefill replica's busy fraction: near 1,
-    prefill limits the run), `prefill_busy_mean`, `prefill_replicas` and `mean_batch_size` over the decode
-    replicas' steps only."""
+    prefill limits the run), `prefill_busy_mean`, `prefill_replicas` and `mean_batch_size`
+    over the decode replicas' steps only."""
     finished_on = requests["replica"].to_numpy()
     tokens = requests["output_tokens"].to_numpy()
     per = []

@@ -17,7 +17,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from dsim import spec_grammar
+from dsim import shipped, spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
@@ -104,6 +104,8 @@ def reading(field: str) -> Iterator[None]:
 
 
 def load_profile(path: str) -> Profile:
+    """A profile and its sidecar, from the package's copy when dsim ships `path`."""
+    path = shipped.locate(path)
     return Profile(path, LatencyModel.from_csv(path), profile_metadata(path))
 
 
@@ -161,7 +163,7 @@ def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:
 def load_spec_workload(spec: RunSpec) -> Workload:
     """The spec's trace, cut to its window and first requests, at its rate scale."""
     with reading("trace"):
-        workload = load_workload(spec.trace, spec.seed)
+        workload = load_workload(shipped.locate(spec.trace), spec.seed)
         if spec.window:
             workload = workload.window(*spec_grammar.window(spec.window))
         if spec.max_requests is not None:
@@ -195,9 +197,9 @@ def _input_files(
     trace: str, acceptance: str, gamma: int, calibration: str | None, profile: str, draft_cost: str
 ) -> tuple[str, ...]:
     with recording() as reads:
-        load_workload(trace)
+        load_workload(shipped.locate(trace))
         parse_acceptance(acceptance, gamma, calibration)
-        LatencyModel.from_csv(profile)
+        LatencyModel.from_csv(shipped.locate(profile))
         parse_draft_cost(draft_cost)
     sidecars = {str(Path(f).with_suffix(".json")) for f in reads}
     return tuple(sorted(reads | {f for f in sidecars if Path(f).is_file()}))

@@ -99,11 +99,13 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
     header = [
         "policy",
         axis,
+        "req/s",
         *(["seed"] if seeds else []),
         *(v[0] for v in _POINT_COLUMNS.values()),
     ]
     rows = [
-        [row["policy"], f"{row['load']:g}", *([f"{row['seed']}"] if seeds else [])]
+        [row["policy"], f"{row['load']:g}", f"{row.get('arrival_rate_req_s', math.nan):.2f}"]
+        + [f"{row['seed']}"] * seeds
         + [fmt.format(row[col]) for col, (_, fmt) in _POINT_COLUMNS.items()]
         for _, row in points.iterrows()
     ]

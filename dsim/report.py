@@ -60,7 +60,8 @@ def summary_table(summary: dict, title: str) -> Table:
     table.add_column("unit")
     table.add_row("requests", str(summary["requests"]), "")
     table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
-    table.add_row("arrival rate", figure(summary["arrival_rate_req_s"]), "req/s")
+    if "arrival_rate_req_s" in summary:  # summaries written before it was recorded lack it
+        table.add_row("arrival rate", figure(summary["arrival_rate_req_s"]), "req/s")
     for key, (label, unit) in _LABELS.items():
         table.add_row(label, figure(summary[key]), unit)
     if summary.get("gpus_total") is not None:  # an estimate's sidecar says its GPUs

@@ -247,3 +247,33 @@ def test_help_and_source_speak_of_the_tool_not_its_history():
     ]
     assert not sources, sources
     assert HISTORY.search("targets of issue 17") and HISTORY.search("dsim v0.3")
+
+
+# --- the README's worked examples ------------------------------------------------------------
+
+
+def test_the_readmes_example_scrape_reads_as_the_walkthrough_says():
+    from dsim.acceptance.vllm_metrics import read_vllm_acceptance
+
+    acc = read_vllm_acceptance(ROOT / "docs" / "examples" / "vllm_scrape.prom")
+    np.testing.assert_allclose(acc.unconditional, [0.76, 0.57, 0.38])
+    assert acc.tau == pytest.approx(2.71)
+
+
+def test_the_readmes_example_policy_never_reads_the_confidences():
+    from dsim.policies import parse_policy
+
+    policy = parse_policy(f"{ROOT}/docs/examples/short_when_busy.py:ShortWhenBusy")
+    rng = np.random.default_rng(0)
+    for rows in (1, 8, 9, 40):
+        a, b = (policy.lengths(rng.random((rows, 5)), None, None) for _ in range(2))
+        assert (a == b).all() and set(a) == ({5} if rows <= 8 else {2})
+
+
+def test_the_readmes_example_sweep_is_a_valid_config(monkeypatch, tmp_path):
+    text = (ROOT / "docs" / "examples" / "h100_sweep.toml").read_text()
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace("runs/h100-qwen3-8b.csv", DEFAULT_PROFILE))  # no estimate here
+    monkeypatch.chdir(tmp_path)  # its trace path resolves to the package's copy
+    cfg = load_config(path)
+    assert cfg.policies == ("mtp1", "fixed:3", "dspark") and cfg.loads == (1, 4, 16)

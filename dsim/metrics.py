@@ -116,6 +116,13 @@ def stability(requests: pd.DataFrame, ttft: pd.Series, tps: pd.Series) -> dict[s
     }
 
 
+def arrival_rate(arrival_s: np.ndarray) -> float:
+    """Requests per second offered: 1 / the mean gap between arrivals (NaN for fewer than two
+    distinct arrival times, a closed-loop client's burst at 0 say)."""
+    span = float(arrival_s.max() - arrival_s.min()) if len(arrival_s) else 0.0
+    return (len(arrival_s) - 1) / span if span > 0 else float("nan")
+
+
 def summarize(
     requests: pd.DataFrame, steps: StepLog, policy: str, replicas: int = 1
 ) -> dict[str, float | int | str]:
@@ -133,6 +140,7 @@ def summarize(
         "policy": policy,
         "requests": len(requests),
         "duration_s": duration,
+        "arrival_rate_req_s": arrival_rate(requests["arrival_s"].to_numpy()),
         "throughput_tok_s": float(requests["output_tokens"].sum()) / duration,
         "tps_p10": _pct(u["tps"], 10),
         "tps_p50": _pct(u["tps"], 50),

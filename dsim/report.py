@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +19,12 @@ from rich.progress import (
 from rich.table import Table
 
 console = Console(stderr=False)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, in the form of the CLI's error lines."""
+    print(f"dsim: warning: {message}", file=sys.stderr)
+
 
 _LABELS = {
     "throughput_tok_s": ("throughput", "tok/s"),
@@ -37,6 +44,15 @@ _LABELS = {
 }
 
 
+def figure(value: float) -> str:
+    """A plain figure for a table: 4 significant digits, never an exponent (4.664, 46.64,
+    13931, 0.001463)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
 def summary_table(summary: dict, title: str) -> Table:
     table = Table(title=title)
     table.add_column("metric")
@@ -44,8 +60,10 @@ def summary_table(summary: dict, title: str) -> Table:
     table.add_column("unit")
     table.add_row("requests", str(summary["requests"]), "")
     table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
+    if "arrival_rate_req_s" in summary:  # summaries written before it was recorded lack it
+        table.add_row("arrival rate", figure(summary["arrival_rate_req_s"]), "req/s")
     for key, (label, unit) in _LABELS.items():
-        table.add_row(label, f"{summary[key]:.4g}", unit)
+        table.add_row(label, figure(summary[key]), unit)
     if summary.get("gpus_total") is not None:  # an estimate's sidecar says its GPUs
         gpus = summary["gpus_per_replica"]
         table.add_row(
@@ -54,7 +72,7 @@ def summary_table(summary: dict, title: str) -> Table:
             "per replica x replicas",
         )
         table.add_row(
-            "throughput per GPU", f"{summary['throughput_tok_s_per_gpu']:.4g}", "tok/s/GPU"
+            "throughput per GPU", figure(summary["throughput_tok_s_per_gpu"]), "tok/s/GPU"
         )
     if "unstable" in summary:  # the overload rule (docs/pareto.md)
         verdict = "UNSTABLE" if summary["unstable"] else "stable"
@@ -68,8 +86,20 @@ def summary_table(summary: dict, title: str) -> Table:
         table.add_row("steady TTFT p50", f"{summary['steady_ttft_p50_s']:.4g}", "s (10-90%)")
     if len(summary.get("per_replica", ())) > 1:  # a cluster (docs/cluster.md)
         table.add_row("replicas", str(len(summary["per_replica"])), "")
-        table.add_row("load imbalance", f"{summary['load_imbalance']:.4g}", "max/mean tokens")
+        table.add_row("load imbalance", figure(summary["load_imbalance"]), "max/mean tokens")
+    if "prefill_busy_max" in summary:  # disaggregated
+        _disagg_rows(table, summary)
     return table
+
+
+def _disagg_rows(table: Table, summary: dict) -> None:
+    """The P:D split, how busy the prefill replicas were and what the KV transfer took."""
+    prefill, decode = summary["prefill_replicas"], len(summary["per_replica"])
+    table.add_row("P:D split", f"{prefill}:{decode - prefill}", "prefill:decode replicas")
+    busy = f"{figure(summary['prefill_busy_mean'])} / {figure(summary['prefill_busy_max'])}"
+    table.add_row("prefill busy mean / max", busy, "fraction of the run")
+    kv = f"{figure(summary['kv_transfer_p50_s'])} / {figure(summary['kv_transfer_p99_s'])}"
+    table.add_row("KV transfer p50 / p99", kv, "s per request")
 
 
 class Bar:
@@ -91,15 +121,18 @@ class Bar:
 
 @contextmanager
 def progress_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Bar]:
-    """The one progress bar of every command: on stderr, gone when done, off when disabled."""
+    """The one progress bar of every command: on stderr, gone when done, off when disabled
+    or when stderr is not a terminal (rich would draw nothing there but leave an empty line
+    before the next message)."""
+    err = Console(stderr=True)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
+        console=err,
+        disable=not (enabled and err.is_terminal),
         transient=True,
     )
     with progress:

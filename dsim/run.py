@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from dsim.cluster.summary import replica_figures
+from dsim.cluster.summary import kv_transfer_figures, replica_figures
 from dsim.cluster.topology import Cluster, joined, replica_rng
 from dsim.engine.backend import Backend, Simulated
 from dsim.engine.clock import CLOCKS
@@ -22,7 +22,7 @@ from dsim.errors import SimulationStuck
 from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
 from dsim.hardware.latency import gpu_figures
 from dsim.metrics import summarize
-from dsim.run_inputs import EngineInputs, resolve
+from dsim.run_inputs import EngineInputs, RunInputs, resolve
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload
 
@@ -41,7 +41,14 @@ class RunResult:
 
 def simulate(spec: RunSpec, progress: Callable[[int, int], None] | None = None) -> RunResult:
     """Read `spec`'s inputs once, run its replicas with simulated acceptance."""
-    inputs = resolve(spec)
+    return simulate_inputs(resolve(spec), progress)
+
+
+def simulate_inputs(
+    inputs: RunInputs, progress: Callable[[int, int], None] | None = None
+) -> RunResult:
+    """Run already resolved inputs' replicas with simulated acceptance (`dsim run` resolves
+    first, to say what the run will ignore before it starts)."""
     backend = Simulated(inputs.acceptance)
     return run_engine(inputs.engine, inputs.workload, backend, progress=progress)
 
@@ -99,7 +106,9 @@ def run_engine(
     summary["engine_limits"] = engine_limits(cfg)
     summary.update(gpu_figures(inputs.profile.sidecar, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if inputs.policy.drafts else "none"
+    summary["warnings"] = list(inputs.warnings)
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
+    summary.update(kv_transfer_figures(workload.prompt_tokens, inputs.topology))
     if records.finished != n:  # every request ends unless the engine stalled
         raise SimulationStuck(f"{n - records.finished} of {n} requests never finished")
     work = [r.work for r in cluster.replicas]

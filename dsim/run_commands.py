@@ -8,19 +8,24 @@ from typing import Any
 
 import typer
 
+from dsim import spec_grammar
 from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
-from dsim.report import console, progress_bar, summary_table
-from dsim.run import RUN_OWNER, RunResult, simulate, write_run
-from dsim.run_spec import SPEC_FIELDS, RunSpec, default
+from dsim.report import console, progress_bar, summary_table, warn
+from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
+from dsim.run_inputs import resolve
+from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
 
 # `--help` groups the options in these panels.
 WORKLOAD, ENGINE, SPECULATION, CLUSTER = "Workload", "Engine", "Speculation", "Cluster"
 
 
 def option(field: str, help: str, panel: str):
-    """A `dsim run` / `dsim serve` option for RunSpec field `field`, with the spec's default."""
-    return typer.Option(default(field), help=help, rich_help_panel=panel)
+    """A `dsim run` / `dsim serve` option for RunSpec field `field`, with the spec's default,
+    also spelled as vLLM spells it where vLLM has the same setting (`--max-num-seqs`)."""
+    names = [field, *(name for name, f in VLLM_NAMES.items() if f == field)]
+    flags = [f"--{name.replace('_', '-')}" for name in names]
+    return typer.Option(default(field), *flags, help=help, rich_help_panel=panel)
 
 
 # Options both commands take, with one spelling and one help text.
@@ -39,6 +44,9 @@ WINDOW_WRAP = option(
 )
 RATE_SCALE = option("rate_scale", "Scale the arrival rate (2 = twice the load).", WORKLOAD)
 MAX_REQUESTS = option("max_requests", "Keep only the first N requests.", WORKLOAD)
+QPS = typer.Option(
+    None, help="A synthetic trace's arrival rate in req/s (its rate=).", rich_help_panel=WORKLOAD
+)
 MAX_SEQS = option("max_seqs", "Concurrent requests cap.", ENGINE)
 KV_TOKENS = option(
     "kv_tokens",
@@ -97,11 +105,16 @@ KV_BYTES = option(
 
 
 def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
-    """The RunSpec of a command's options (its RunSpec fields, by name), with `fixed` set."""
-    return RunSpec(**{f: options[f] for f in SPEC_FIELDS if f in options}, **fixed)
+    """The RunSpec of a command's options (its RunSpec fields, by name), with `fixed` set;
+    `--qps` becomes the synthetic trace's `rate=`, so both spellings make the same spec."""
+    given = {f: options[f] for f in SPEC_FIELDS if f in options}
+    if options.get("qps") is not None:
+        given["trace"] = spec_grammar.with_rate(given["trace"], options["qps"])
+    return RunSpec(**given, **fixed)
 
 
 def show(result: RunResult, title: str) -> None:
+    """The summary table, the step model it priced steps with and the run's warnings again."""
     console.print(summary_table(result.summary, title))
     console.print(f"step model: {result.summary['step_model']}", highlight=False)
     limits = result.summary["engine_limits"]
@@ -112,6 +125,8 @@ def show(result: RunResult, title: str) -> None:
         f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
         highlight=False,
     )
+    for line in result.summary.get("warnings", ()):
+        console.print(f"warning: {line}", highlight=False, soft_wrap=True)
 
 
 def run_cmd(
@@ -131,6 +146,7 @@ def run_cmd(
     window_wrap: bool = WINDOW_WRAP,
     rate_scale: float = RATE_SCALE,
     max_requests: int | None = MAX_REQUESTS,
+    qps: float | None = QPS,
     max_seqs: int = MAX_SEQS,
     kv_tokens: int | None = KV_TOKENS,
     prefill_chunk: int | None = PREFILL_CHUNK,
@@ -158,8 +174,11 @@ def run_cmd(
     spec = spec_from(locals())
     if out is not None:
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
+    inputs = resolve(spec)
+    for line in inputs.engine.warnings:
+        warn(line)
     with progress_bar("simulating requests", total=None, enabled=progress) as update:
-        result = simulate(spec, progress=update)
+        result = simulate_inputs(inputs, progress=update)
     if out is not None:
         write_run(result, spec, out)
     show(result, f"dsim run: {policy} on {Path(trace).name}")

@@ -17,7 +17,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from dsim import spec_grammar
+from dsim import shipped, spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
 from dsim.checks import check_number
 from dsim.cluster.disagg import kv_bytes_per_token
@@ -36,7 +36,7 @@ from dsim.hardware.engines import Scheduling
 from dsim.hardware.gpu_model import SpecRound
 from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
-from dsim.policies import Policy, policy_maker
+from dsim.policies import Policy, check_gamma, policy_maker, reads_sla, sla_users
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
@@ -84,6 +84,8 @@ class EngineInputs:
     draft_cost: DraftCost
     topology: Topology
     policy: PolicyFactory
+    warnings: tuple[str, ...] = ()  # settings that change nothing: said before the run, and
+    # repeated in its summary
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ def reading(field: str) -> Iterator[None]:
 
 
 def load_profile(path: str) -> Profile:
+    """A profile and its sidecar, from the package's copy when dsim ships `path`."""
+    path = shipped.locate(path)
     return Profile(path, LatencyModel.from_csv(path), profile_metadata(path))
 
 
@@ -123,6 +127,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         )
     with reading("policy"):
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
+        check_gamma(spec.policy, policy.first, spec.gamma)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
@@ -135,7 +140,15 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
-    return EngineInputs(spec, config, target, draft, shape, policy)
+    return EngineInputs(spec, config, target, draft, shape, policy, _no_effect(spec))
+
+
+def _no_effect(spec: RunSpec) -> tuple[str, ...]:
+    """The spec's settings that the run ignores, each as one line."""
+    if spec.sla_tps is not None and not reads_sla(spec.policy):
+        return (f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
+                f"(only {sla_users()} read it)",)  # fmt: skip
+    return ()
 
 
 FALLBACK = EngineConfig()  # the limits of a profile whose sidecar names no engine
@@ -199,7 +212,7 @@ def load_spec_workload(spec: RunSpec) -> Workload:
     requests. A window past the trace's end is an error unless `window_wrap` replays the
     trace end to end."""
     with reading("trace"):
-        workload = load_workload(spec.trace, spec.seed).scale_rate(spec.rate_scale)
+        workload = load_workload(shipped.locate(spec.trace), spec.seed).scale_rate(spec.rate_scale)
         if spec.window:
             start, end = spec_grammar.window(spec.window)
             workload = _fit_window(workload, spec, end).window(start, end)
@@ -250,9 +263,9 @@ def _input_files(
     trace: str, acceptance: str, gamma: int, calibration: str | None, profile: str, draft_cost: str
 ) -> tuple[str, ...]:
     with recording() as reads:
-        load_workload(trace)
+        load_workload(shipped.locate(trace))
         parse_acceptance(acceptance, gamma, calibration)
-        LatencyModel.from_csv(profile)
+        LatencyModel.from_csv(shipped.locate(profile))
         parse_draft_cost(draft_cost)
     sidecars = {str(Path(f).with_suffix(".json")) for f in reads}
     return tuple(sorted(reads | {f for f in sidecars if Path(f).is_file()}))

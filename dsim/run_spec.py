@@ -85,6 +85,11 @@ class RunSpec:
 
 
 SPEC_FIELDS = tuple(f.name for f in fields(RunSpec))
+# The fields `dsim run` takes as options (a sweep's [run] table takes the same); fused_prefill
+# is set by real mode and the validation study, never by a user.
+RUN_OPTIONS = tuple(f for f in SPEC_FIELDS if f != "fused_prefill")
+# vLLM's names for the same settings: `dsim run` takes them as options, [run] as keys.
+VLLM_NAMES = {"num_speculative_tokens": "gamma", "max_num_seqs": "max_seqs"}
 _DEFAULTS = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
 
 

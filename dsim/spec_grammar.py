@@ -205,3 +205,19 @@ def synthetic(text: str, known: tuple[str, ...]) -> dict[str, str]:
     if unknown:
         raise _fail(f"trace spec {text!r}: unknown key(s) {sorted(unknown)}")
     return given
+
+
+def with_rate(trace: str, qps: float) -> str:
+    """`--qps X`: the synthetic trace spec `trace` with `rate=X` (req/s) added; a file trace,
+    or a spec that gives its own rate, is refused with the option to use instead."""
+    if not trace.startswith("synthetic"):
+        raise _fail(
+            f"--qps sets a synthetic trace's rate; --trace {trace!r} is a file: scale its load "
+            "with --rate-scale (the summary's arrival rate is in req/s)"
+        )
+    body = name_arg(trace)[1]
+    given = key_values(body, f"trace spec {trace!r}")
+    if "rate" in given:
+        raise _fail(f"--qps and the trace spec's rate={given['rate']} both set the rate: give one")
+    rate = str(int(qps)) if float(qps).is_integer() else repr(float(qps))
+    return f"synthetic:{body},rate={rate}" if body else f"synthetic:rate={rate}"

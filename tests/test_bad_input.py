@@ -322,18 +322,18 @@ def test_summary_is_strict_json(monkeypatch, tmp_path):
 
 def test_warnings_never_come_before_the_error_line(monkeypatch, capsys, tmp_path):
     def warn_then(fail: bool):
-        def simulate(spec, progress=None):
+        def simulate(inputs, progress=None):
             warnings.warn("torch says hello", UserWarning, stacklevel=1)
             if fail:
                 raise InputError("x.csv", 3, "bad")
-            return real_simulate(spec, progress)
+            return real_simulate(inputs, progress)
 
         return simulate
 
-    real_simulate = run_commands.simulate
-    monkeypatch.setattr(run_commands, "simulate", warn_then(True))
+    real_simulate = run_commands.simulate_inputs
+    monkeypatch.setattr(run_commands, "simulate_inputs", warn_then(True))
     code, err = _fails(monkeypatch, capsys, tmp_path / "o")
     assert code == 2 and err == "dsim: error: x.csv: row 3: bad\n"
-    monkeypatch.setattr(run_commands, "simulate", warn_then(False))
+    monkeypatch.setattr(run_commands, "simulate_inputs", warn_then(False))
     with pytest.warns(UserWarning, match="torch says hello"):  # re-emitted after a success
         _run_to(monkeypatch, tmp_path / "o")

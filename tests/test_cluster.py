@@ -105,6 +105,10 @@ def test_disaggregated_ttft_and_finish_match_the_closed_form_with_a_known_transf
     assert (prefill["role"], prefill["steps"]) == ("prefill", 1)
     assert (decode["role"], decode["steps"]) == ("decode", rounds)
     assert res.summary["ttft_p50_s"] == pytest.approx(L)
+    assert res.summary["kv_transfer_p50_s"] == pytest.approx(transfer)
+    assert res.summary["kv_transfer_p99_s"] == pytest.approx(transfer)
+    assert res.summary["prefill_replicas"] == 1
+    assert res.summary["prefill_busy_mean"] == res.summary["prefill_busy_max"]
 
 
 def test_kv_bytes_per_token_comes_from_the_profile_sidecar(sim, tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 from dsim.hardware import zoo
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile
@@ -366,12 +366,47 @@ def test_profile_show_prints_table_and_writes_png(monkeypatch, capsys, tmp_path)
     png = tmp_path / "curve.png"
     code, out, err = run_cli(monkeypatch, capsys, "profile", "show", str(csv), "--out", str(png))
     assert code == 0, err
-    assert "ctx 512 ms" in out and "knee" in out and "1024" in out
+    assert "verify step latency (ms) by context length" in out and "knee B" in out and "1024" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     per_ctx = curves(df)
     np.testing.assert_allclose(
         per_ctx[512]["tokens_per_s"], per_ctx[512]["batch_tokens"] * per_ctx[512]["sps"]
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h200-qwen3-8b-roofline",
+        "h200x8-deepseek-v3-fp8-roofline",
+        "h200-qwen3-8b",
+        "cpu-smollm2-135m",
+    ],
+)
+def test_profile_show_is_readable_for_shipped_profiles(name, monkeypatch, capsys, tmp_path):
+    """An 80-column terminal shows every cell whole; the knees are a small table, the plot has a
+    short legend (contexts and the knee marker; R as a colour bar) and raises no warnings."""
+    import warnings
+
+    from dsim.hardware.show import PLOT_CONTEXTS, profile_figure
+
+    csv = ROOT / "profiles" / f"{name}.csv"
+    monkeypatch.setenv("COLUMNS", "80")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run_cli(
+            monkeypatch, capsys, "profile", "show", str(csv), "--out", str(tmp_path / "p.png")
+        )
+    assert code == 0 and err == "", err
+    assert "\u2026" not in out  # rich's ellipsis: a truncated cell
+    assert max(len(line) for line in out.splitlines()) <= 80
+    knees = out[out.index("knee B by context") :].splitlines()
+    seqs = read_profile(csv).query("phase == 'verify'")["num_seqs"].nunique()
+    assert len(knees) <= seqs + 4  # title, header, a row per R, the caption's lines
+    fig = profile_figure(curves(read_profile(csv), by_seqs=True), name)
+    legend = fig.axes[0].get_legend()
+    assert len(legend.get_texts()) <= PLOT_CONTEXTS + 1
+    assert len(fig.axes) == 3  # two panels and the colour bar of R
 
 
 def test_profile_show_rejects_bad_profile(monkeypatch, capsys, tmp_path):

@@ -53,6 +53,12 @@ def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: floa
     )
 
 
+def link_seconds_per_token(bytes_per_token: float, gbps: float) -> float:
+    """Seconds the link takes to move one token's KV (a request's transfer: its prompt tokens
+    times this; the link carries each transfer at full bandwidth)."""
+    return bytes_per_token * 8 / (check_positive("kv-link-gbps", gbps) * 1e9)
+
+
 class KvLink:
     """Moves prefilled requests to decode replicas (see the module doc)."""
 
@@ -67,7 +73,7 @@ class KvLink:
     ) -> None:
         self.env, self.decode, self.router = env, decode, router
         self.prompt_tokens = prompt_tokens
-        self.seconds_per_token = bytes_per_token * 8 / (check_positive("kv-link-gbps", gbps) * 1e9)
+        self.seconds_per_token = link_seconds_per_token(bytes_per_token, gbps)
 
     def transfer_s(self, i: int) -> float:
         return float(self.prompt_tokens[i]) * self.seconds_per_token

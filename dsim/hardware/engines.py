@@ -75,7 +75,7 @@ RAGGED_PRIOR = Ragged(
     round(1 / 0.84 - 1, 4),
     "vLLM falls back from full to piecewise CUDA graphs when speculation changes the verify "
     "length at run time: -16% single-stream decode throughput measured (MTP k=2, "
-    "Qwen3.5-122B-A10B, GB10; vllm-project/vllm issues 49547 and 49548), i.e. steps 1/0.84 = "
+    "Qwen3.5-122B-A10B, GB10; vLLM GitHub reports #49547 and #49548), i.e. steps 1/0.84 = "
     "1.19x. Range 0 (an engine that keeps a graph per ragged shape; on H100 full and "
     "piecewise graphs were on par for an 8B EAGLE drafter, vllm-project/vllm pull 21477) to "
     "the measured 0.19, which a bandwidth-poor GB10 makes unusually visible",

@@ -1,10 +1,16 @@
-"""`dsim profile show`: the curve as a table and a two-panel plot, with the knee marked.
+"""`dsim profile show`: the profile as tables and a two-panel plot, with the knees marked.
 
-The knee is where a context's curve leaves the flat, weight-read-bound region: the first
-measured B whose latency exceeds KNEE_RATIO times the light-load latency (the latency at the
-smallest measured B). Below it extra verified tokens are nearly free; above it they cost
+The knee is where a curve leaves the flat, weight-read-bound region: the first measured B
+whose latency exceeds KNEE_RATIO times the light-load latency (the latency at the smallest
+measured B). Below it extra verified tokens are nearly free; above it they cost
 (compute-bound, or at long contexts bound by reading every sequence's KV cache). A threshold
 on measured points, unlike a fit, survives jagged real curves.
+
+An estimate holds hundreds of rows (every context x sequences x tokens per sequence), so the
+output is shaped to stay readable in an 80-column terminal and one figure: one latency table
+per phase with a column per context, the knees as a small sequences x context table, and
+plots that draw at most PLOT_CONTEXTS contexts (line style) with the sequence count as a
+colour scale instead of a legend entry per curve.
 """
 
 from __future__ import annotations
@@ -14,13 +20,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from dsim.fileio import write_with
 from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
+from dsim.report import figure
 
 KNEE_RATIO = 1.2
+PLOT_CONTEXTS = 3  # the shortest, a middle and the longest context
+_STYLES = ("-", "--", ":")
 
 
 def knee(batch_tokens: np.ndarray, latency: np.ndarray, ratio: float = KNEE_RATIO) -> int | None:
@@ -54,65 +64,136 @@ def curves(df: pd.DataFrame, by_seqs: bool = False) -> dict[Any, pd.DataFrame]:
     return out
 
 
-def _label(key: Any) -> str:
-    return f"ctx {key[0]} R {key[1]}" if isinstance(key, tuple) else f"ctx {key}"
+def _compact(heading: str) -> Group:
+    """A heading line over a table without borders or outer padding (a column per context fits
+    80 columns; a heading of its own does not wrap to a narrow table's width)."""
+    table = Table(box=None, padding=(0, 0, 0, 1), pad_edge=False, header_style="bold")
+    return Group(Text(heading, style="italic"), table)
 
 
-def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) -> Table:
-    """Latency (ms) per (phase, batch tokens, sequences), one column per context; the model's
-    reading of the profile and the knees in the caption."""
-    kind = "ESTIMATE" if meta.get("estimate") else "measured"
-    title = f"{path.name} ({kind}: {meta.get('device') or meta.get('gpu', '?')}, "
-    title += f"{meta.get('model', '?')}, {meta.get('dtype', '?')})"
-    table = Table(title=title)
-    index = ["phase", "batch_tokens"] + (["num_seqs"] if "num_seqs" in df else [])
-    for col in ("phase", "batch_tokens", "num_seqs")[: len(index)]:
-        table.add_column(col, justify="right")
+def latency_table(df: pd.DataFrame, phase: str) -> Group:
+    """Latency (ms) of one phase's rows: a row per (B, R), a column per context."""
+    index = ["batch_tokens"] + (["num_seqs"] if "num_seqs" in df else [])
+    shown = _compact(f"{phase} step latency (ms) by context length")
+    table = shown.renderables[1]
+    for name in ("B", "R")[: len(index)]:
+        table.add_column(name, justify="right", style="bold")
     wide = df.pivot_table(index=index, columns="context_len", values="latency_ms", sort=True)
     for ctx in wide.columns:
-        table.add_column(f"ctx {int(ctx)} ms", justify="right")
+        table.add_column(str(int(ctx)), justify="right")
     for key, row in wide.iterrows():
-        cells = [str(key[0]), *(str(int(k)) for k in key[1:])]
-        table.add_row(*cells, *("" if np.isnan(v) else f"{v:.3f}" for v in row))
-    per_curve = curves(df, model.verify.r_dependent)
+        keys = key if isinstance(key, tuple) else (key,)
+        table.add_row(
+            *(str(int(k)) for k in keys), *("" if np.isnan(v) else figure(v) for v in row)
+        )
+    return shown
+
+
+def knee_table(per_curve: dict[Any, pd.DataFrame]) -> Group:
+    """The knee B of every verify curve: a row per sequence count R (one row when the profile
+    does not depend on R), a column per context; '-' where the curve stays flat."""
     knees = {key: knee(c["batch_tokens"], c["latency_ms"]) for key, c in per_curve.items()}
-    table.caption = (
-        f"model: {model.describe()}\nknee (latency > {KNEE_RATIO}x light load) at B = "
-        + ", ".join(f"{k if k is not None else 'none'} ({_label(key)})" for key, k in knees.items())
-    )
-    return table
+    heading = f"knee B by context length: the first B whose latency > {KNEE_RATIO}x the light-load"
+    shown = _compact(f"{heading} latency of its curve (-: none)")
+    table = shown.renderables[1]
+    by_seqs = any(isinstance(k, tuple) for k in knees)
+    contexts = sorted({k[0] if by_seqs else k for k in knees})
+    rows = sorted({k[1] for k in knees}) if by_seqs else ["any"]
+    table.add_column("R", justify="right", style="bold")
+    for ctx in contexts:
+        table.add_column(str(ctx), justify="right")
+    for r in rows:
+        cells = [knees.get((ctx, r) if by_seqs else ctx, "") for ctx in contexts]
+        table.add_row(str(r), *("-" if k is None else str(k) for k in cells))
+    return shown
 
 
-def plot(per_ctx: dict[Any, pd.DataFrame], title: str, out: Path) -> None:
-    """SPS(B) and tokens/s = B * SPS(B) against B (log x), one line per curve, knees marked."""
+def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) -> Group:
+    """What `dsim profile show` prints: a header naming the profile and how the step-time
+    model reads it, a latency table per phase, and the knees."""
+    kind = "ESTIMATE" if meta.get("estimate") else "measured"
+    where = meta.get("device") or meta.get("gpu", "?")
+    head = f"{path.name} ({kind}: {where}, {meta.get('model', '?')}, {meta.get('dtype', '?')})"
+    phases = sorted(df["phase"].unique(), reverse=True) if "phase" in df else ["verify"]
+    tables = [latency_table(df[df["phase"] == p] if "phase" in df else df, p) for p in phases]
+    knees = knee_table(curves(df, model.verify.r_dependent))
+    gap = Text("")
+    parts = [Text(head, style="bold"), Text(f"model: {model.describe()}")]
+    return Group(*parts, *(x for t in (*tables, knees) for x in (gap, t)))
+
+
+def _shown_contexts(contexts: list[int]) -> list[int]:
+    """Up to PLOT_CONTEXTS contexts spread over the measured ones (ends included)."""
+    if len(contexts) <= PLOT_CONTEXTS:
+        return contexts
+    picks = np.linspace(0, len(contexts) - 1, PLOT_CONTEXTS).round().astype(int)
+    return [contexts[i] for i in picks]
+
+
+def plot(per_curve: dict[Any, pd.DataFrame], title: str, out: Path) -> None:
+    """Write `profile_figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = profile_figure(per_curve, title)
+    write_with(out, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)
+
+
+def profile_figure(per_curve: dict[Any, pd.DataFrame], title: str):
+    """SPS(B) and tokens/s = B * SPS(B) against B (log x), knees marked: one line style per
+    shown context, one colour per sequence count R (a colour bar) or per context."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+    from matplotlib.lines import Line2D
 
-    fig, (ax_sps, ax_tok) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ctx, c in per_ctx.items():
-        line = ax_sps.plot(c["batch_tokens"], c["sps"], marker=".", label=_label(ctx))[0]
-        ax_tok.plot(c["batch_tokens"], c["tokens_per_s"], marker=".", color=line.get_color())
-        k = knee(c["batch_tokens"], c["latency_ms"])
-        if k is not None:
-            at = c["batch_tokens"] == k
-            ax_sps.plot(k, c["sps"][at].iloc[0], "x", ms=10, mew=2, color=line.get_color())
-            ax_tok.plot(k, c["tokens_per_s"][at].iloc[0], "x", ms=10, mew=2, color=line.get_color())
+    by_seqs = any(isinstance(k, tuple) for k in per_curve)
+    contexts = _shown_contexts(sorted({k[0] if by_seqs else k for k in per_curve}))
+    seqs = sorted({k[1] for k in per_curve}) if by_seqs else []
+    cmap = plt.get_cmap("viridis")
+    norm = LogNorm(min(seqs), max(seqs)) if len(seqs) > 1 else None
+    fig, (ax_sps, ax_tok) = plt.subplots(1, 2, figsize=(12, 4.6), layout="constrained")
+    handles = []
+    for i, ctx in enumerate(contexts):
+        style = _STYLES[i] if by_seqs else "-"
+        colour = None if by_seqs else f"C{i}"
+        handles.append(Line2D([], [], color=colour or "k", ls=style, label=f"context {ctx}"))
+        for key, c in per_curve.items():
+            if (key[0] if by_seqs else key) != ctx:
+                continue
+            if by_seqs:
+                colour = cmap(norm(key[1])) if norm is not None else "C0"
+            _draw(ax_sps, ax_tok, c, style, colour)
+    handles.append(Line2D([], [], color="k", marker="x", ls="", mew=2, label="knee"))
     for ax, label in ((ax_sps, "steps per second SPS(B)"), (ax_tok, "tokens/s = B * SPS(B)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch tokens B")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    ax_sps.legend(title=f"x = knee (> {KNEE_RATIO}x light-load latency)", fontsize=8)
+    ax_sps.legend(handles=handles, fontsize=8, loc="upper right")
+    if norm is not None:
+        bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax_tok)
+        bar.set_label("sequences in the step R")
     fig.suptitle(title)
-    fig.tight_layout()
-    write_with(out, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
+    return fig
+
+
+def _draw(ax_sps, ax_tok, c: pd.DataFrame, style: str, colour) -> None:
+    """One curve on both panels, its knee (if any) marked with an x."""
+    b = c["batch_tokens"]
+    ax_sps.plot(b, c["sps"], ls=style, color=colour, lw=1.2)
+    ax_tok.plot(b, c["tokens_per_s"], ls=style, color=colour, lw=1.2)
+    k = knee(b, c["latency_ms"])
+    if k is not None:
+        at = b == k
+        for ax, y in ((ax_sps, c["sps"]), (ax_tok, c["tokens_per_s"])):
+            ax.plot(k, y[at].iloc[0], "x", ms=7, mew=1.5, color=colour)
 
 
 def show_profile(path: str | Path, out: str | Path | None = None) -> Path:
-    """Print the profile table and write the PNG (default: beside the CSV); returns the PNG."""
+    """Print the profile tables and write the PNG (default: beside the CSV); returns the PNG."""
     path = Path(path)
     df = read_profile(path)
     model = LatencyModel(df, name=path.stem, engine=engine_label(path))

@@ -33,7 +33,7 @@ Every problem is one line naming the file and the key; the first one found is ra
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 from types import UnionType
@@ -41,9 +41,9 @@ from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.checks import check_number
 from dsim.errors import InputError
-from dsim.policies import parse_policy
+from dsim.policies import check_gamma, parse_policy
 from dsim.run_inputs import resolve
-from dsim.run_spec import RunSpec
+from dsim.run_spec import RUN_OPTIONS, VLLM_NAMES, RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
@@ -53,7 +53,7 @@ COLOCATED = "off"  # a `[layout] disagg` entry: no disaggregation
 _TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "layout", "sla"}
 _SLA_KEYS = {"anchors", "ttft_p50_s", "ttft_p99_s"}
 _RUN_TYPES = get_type_hints(RunSpec)
-_RUN_KEYS = [f.name for f in fields(RunSpec) if f.name != "policy"]
+_RUN_KEYS = [f for f in RUN_OPTIONS if f != "policy"]
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,10 @@ def load_config(path: str | Path) -> SweepConfig:
     seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
     layouts = check.layouts(layout_table, axis)
     for policy in policies:
-        check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
+        check.wrap(
+            "policies",
+            lambda p=policy: check_gamma(p, parse_policy(p, base.sla_tps), base.gamma),
+        )
     sla = check.table(raw, "sla")
     check.keys(sla, _SLA_KEYS, "sla.")
     anchors = check.number_list(sla, "anchors", "sla.", positive=True)
@@ -275,7 +278,9 @@ class _Checker:
         return tuple(value)
 
     def run_table(self, run: dict, axis: str, layout: dict) -> RunSpec:
-        """The [run] table as a RunSpec: every key must be a RunSpec field of the right type."""
+        """The [run] table as a RunSpec: every key must be a `dsim run` option (by its field's
+        name or vLLM's) of the right type."""
+        run = self.vllm_names(run)
         if axis in run:
             self.fail(f"run.{axis}", "is the load axis: set it in [load]")
         for key in layout:
@@ -319,6 +324,16 @@ class _Checker:
                 self.fail(f"layout.{key}", "lists a value twice")
             axes.append([(key, v) for v in values])
         return tuple(Layout(tuple(combo)) for combo in product(*axes)) if axes else ()
+
+    def vllm_names(self, run: dict) -> dict:
+        """[run] with vLLM's names (`max_num_seqs`, ...) read as the fields they mean."""
+        out = dict(run)
+        for name, field in VLLM_NAMES.items():
+            if name in run:
+                if field in run:
+                    self.fail(f"run.{name}", f"is run.{field} under vLLM's name: give one")
+                out[field] = out.pop(name)
+        return out
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

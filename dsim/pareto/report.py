@@ -106,6 +106,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
         "policy",
         *(["layout"] if layouts else []),
         axis,
+        "req/s",
         *(["seed"] if seeds else []),
         *(v[0] for v in columns.values()),
         "excluded",
@@ -115,6 +116,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
             row["policy"],
             *([row["layout"]] if layouts else []),
             f"{row['load']:g}",
+            f"{row.get('arrival_rate_req_s', math.nan):.2f}",
             *([f"{row['seed']}"] if seeds else []),
         ]
         + [fmt.format(row[col]) for col, (_, fmt) in columns.items()]

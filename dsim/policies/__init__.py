@@ -15,7 +15,15 @@ protocol: docs/policies.md.
 
 from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
 from dsim.policies.protocol import SPS, Policy, Traits, policy_traits
-from dsim.policies.registry import POLICY_NAMES, parse_policy, policy_maker, policy_usage
+from dsim.policies.registry import (
+    POLICY_NAMES,
+    check_gamma,
+    parse_policy,
+    policy_maker,
+    policy_usage,
+    reads_sla,
+    sla_users,
+)
 from dsim.policies.schedule import dspark_lengths, global_capacity
 
 __all__ = [
@@ -29,10 +37,13 @@ __all__ = [
     "Policy",
     "Threshold",
     "Traits",
+    "check_gamma",
     "dspark_lengths",
     "global_capacity",
     "parse_policy",
     "policy_maker",
     "policy_traits",
     "policy_usage",
+    "reads_sla",
+    "sla_users",
 ]

@@ -26,6 +26,7 @@ class Entry:
     usage: str
     build: Build
     claims: bool = True
+    reads_sla: bool = False  # whether --sla-tps changes what it does
 
     @property
     def kind(self) -> str:
@@ -65,9 +66,9 @@ BUILT_INS = (
     Entry("mtp1", _fixed(1), claims=False),
     Entry("fixed:K", _fixed_k),
     Entry("threshold:h", _threshold),
-    Entry("goodput", _with_sla(Goodput)),
-    Entry("dspark", _with_sla(DSpark)),
-    Entry("dspark-async", _with_sla(DSparkAsync)),
+    Entry("goodput", _with_sla(Goodput), reads_sla=True),
+    Entry("dspark", _with_sla(DSpark), reads_sla=True),
+    Entry("dspark-async", _with_sla(DSparkAsync), reads_sla=True),
     Entry("oracle", _oracle, claims=False),
 )
 _BY_KIND = {entry.kind: entry for entry in BUILT_INS}
@@ -97,3 +98,34 @@ def parse_policy(spec: str, sla_tps: float | None = None) -> Policy:
     """A fresh policy object from its name, or a plug-in `module.path:ClassName` /
     `file.py:ClassName` (docs/policies.md)."""
     return policy_maker(spec, sla_tps)()
+
+
+def _built_in(spec: str) -> Entry | None:
+    """The built-in entry `spec` names, or None for a plug-in."""
+    kind, arg = name_arg(spec)
+    entry = _BY_KIND.get(kind)
+    return entry if entry is not None and entry.build(spec, arg, None) is not None else None
+
+
+def reads_sla(spec: str) -> bool:
+    """Whether `--sla-tps` reaches policy `spec`: goodput, dspark, dspark-async and every
+    plug-in (built as `ClassName(sla_tps=X)`) take it; the other built-ins ignore it."""
+    entry = _built_in(spec)
+    return entry is None or entry.reads_sla
+
+
+def sla_users() -> str:
+    """The names `--sla-tps` reaches, for messages."""
+    return ", ".join(entry.usage for entry in BUILT_INS if entry.reads_sla) + " and plug-ins"
+
+
+def check_gamma(spec: str, policy: Policy, gamma: int) -> None:
+    """Refuse a fixed length beyond the drafts a round proposes: it would run as `fixed:gamma`
+    while its results carry the longer name."""
+    if isinstance(policy, Fixed) and policy.k > gamma:
+        raise InputError(
+            None,
+            None,
+            f"policy {spec} verifies {policy.k} drafts a round but gamma (drafts proposed per "
+            f"round) is {gamma}: raise gamma to {policy.k} or use fixed:{gamma}",
+        )

@@ -19,7 +19,7 @@ from dsim import run_commands as opts
 from dsim.fileio import check_output_dir
 from dsim.models.target import SMOLLM2, TINY
 from dsim.real.defaults import DEFAULT_PROMPTS
-from dsim.report import progress_bar
+from dsim.report import progress_bar, warn
 from dsim.run import RUN_OWNER
 from dsim.run_spec import RunSpec
 
@@ -59,6 +59,8 @@ def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -
     )
 
     engine = check_options(spec, models.clock, models.drafter is not None)
+    for line in engine.warnings:
+        warn(line)
     if out is not None:
         check_output_dir(out, RUN_OWNER)
     threads = profile_threads(engine.profile.sidecar)
@@ -112,6 +114,7 @@ def serve_cmd(
     window_wrap: bool = grouped(opts.WINDOW_WRAP, WORKLOAD),
     rate_scale: float = grouped(opts.RATE_SCALE, WORKLOAD),
     max_requests: int | None = grouped(opts.MAX_REQUESTS, WORKLOAD),
+    qps: float | None = grouped(opts.QPS, WORKLOAD),
     max_seqs: int = grouped(opts.MAX_SEQS, ENGINE),
     kv_tokens: int | None = grouped(opts.KV_TOKENS, ENGINE),
     prefill_chunk: int | None = grouped(opts.PREFILL_CHUNK, ENGINE),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import signal
 import sys
 import warnings
@@ -13,11 +14,12 @@ import typer
 
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
-from dsim.errors import InputError, Interrupted, SimulationStuck
+from dsim.errors import InputError, Interrupted, SimulationStuck, WorkerLost
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
 from dsim.policies import commands as policy_commands
+from dsim.policies.plugin import TRACEBACK_ENV
 from dsim.real import commands as real_commands
 from dsim.validation import commands as validation_commands
 
@@ -91,10 +93,11 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main() -> None:
-    """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
-    (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
-    (one line, no final outputs written). Warnings (torch's, say) are shown after a command
-    that succeeds and dropped when it fails, so an error stays one line."""
+    """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck, a sweep's
+    worker lost); 2 bad input (one line naming the file, row and problem; a plug-in policy
+    that fails is input too, with its traceback when DSIM_TRACEBACK=1); 130 / 143 interrupted
+    by SIGINT / SIGTERM (one line, no final outputs written). Warnings (torch's, say) are shown
+    after a command that succeeds and dropped when it fails, so an error stays one line."""
     try:
         previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
     except ValueError:  # not the main thread (an embedding caller): keep its handlers
@@ -116,6 +119,8 @@ def _dispatch() -> Any:
     try:
         return harden(typer.main.get_command(app)).main(prog_name="dsim", standalone_mode=False)
     except InputError as err:
+        if os.environ.get(TRACEBACK_ENV) == "1" and getattr(err, "detail", ""):
+            print(err.detail, file=sys.stderr, end="")  # a plug-in's own traceback, on request
         _fail(f"error: {err}", 2)
     except Interrupted as exc:
         _fail(f"interrupted by {signal.Signals(exc.signum).name}", 128 + exc.signum)
@@ -131,6 +136,8 @@ def _dispatch() -> Any:
         _fail("aborted", 1)
     except SimulationStuck as exc:
         _fail(f"error: simulation stuck: {exc}", 1)
+    except WorkerLost as exc:
+        _fail(f"error: {exc}", 1)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"error: {where}{exc.strerror or exc}", 2 if exc.errno in _PATH_ERRNOS else 1)

@@ -21,6 +21,7 @@ from dsim import spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
+from dsim.codehash import user_sources
 from dsim.engine.config import (
     DraftCost,
     EngineConfig,
@@ -31,7 +32,7 @@ from dsim.engine.config import (
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, profile_metadata
 from dsim.inputs import recording
-from dsim.policies import Policy, policy_maker
+from dsim.policies import Policy, plugin_source, policy_maker
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
@@ -168,15 +169,19 @@ def resolve(spec: RunSpec) -> RunInputs:
 
 
 def input_files(spec: RunSpec) -> tuple[str, ...]:
-    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one.
+    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one,
+    plus a plug-in policy's source files (`user_sources`: its file or module and the user's
+    own modules it imports; read afresh, so an edited import is seen).
 
     Found by building the spec's inputs while `dsim.inputs.recording()` watches, so files named
     inside specs (`synthetic:...,lengths=FILE`, `mix:` parts, calibrations, trace sidecars)
     and any future source that reads through `input_file` are listed by construction.
     """
-    return _input_files(
+    data = _input_files(
         spec.trace, spec.acceptance, spec.gamma, spec.calibration, spec.profile, spec.draft_cost
     )
+    target = plugin_source(spec.policy)
+    return tuple(sorted({*data, *(user_sources(target) if target else ())}))
 
 
 @lru_cache(maxsize=256)

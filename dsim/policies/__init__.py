@@ -15,7 +15,13 @@ protocol: docs/policies.md.
 
 from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
 from dsim.policies.protocol import SPS, Policy, Traits, policy_traits
-from dsim.policies.registry import POLICY_NAMES, parse_policy, policy_maker, policy_usage
+from dsim.policies.registry import (
+    POLICY_NAMES,
+    parse_policy,
+    plugin_source,
+    policy_maker,
+    policy_usage,
+)
 from dsim.policies.schedule import dspark_lengths, global_capacity
 
 __all__ = [
@@ -32,6 +38,7 @@ __all__ = [
     "dspark_lengths",
     "global_capacity",
     "parse_policy",
+    "plugin_source",
     "policy_maker",
     "policy_traits",
     "policy_usage",

@@ -29,6 +29,7 @@ class PluginError(InputError):
     def __init__(self, path: str | Path | None, row: int | None, problem: str, detail: str = ""):
         super().__init__(path, row, problem)
         self.detail = detail
+        self.args = (path, row, problem, detail)  # re-created from args, detail kept
 
     def __reduce__(self):
         return type(self), (self.path, self.row, self.problem, self.detail)

@@ -15,6 +15,7 @@ from conftest import run_cli, write_flat_profile, write_trace
 from dsim.policies.plugin import TRACEBACK_ENV
 
 HEADER = """
+import numpy as np
 
 
 class Two:

@@ -202,6 +202,7 @@ def test_ctrl_c_in_a_plugin_call_is_130_and_one_line(monkeypatch, capsys, files)
 
 
 SABOTEUR = """
+import numpy as np
 
 from bad_policies import Two
 
@@ -242,6 +243,7 @@ def test_a_policy_changes_the_run_only_through_its_lengths(monkeypatch, capsys, 
 COUNTED = """
 from pathlib import Path
 
+import numpy as np
 
 Path(__file__).with_suffix(".log").open("a").write("imported\\n")
 

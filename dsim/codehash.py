@@ -117,20 +117,27 @@ def user_sources(target: str) -> tuple[str, ...]:
     package = "" if target.endswith(".py") else target
     if start.name != "__init__.py":  # a module's relative imports start from its package
         package = package.rpartition(".")[0]
-    seen: dict[Path, None] = {}
-    todo = [(start, package)]
-    while todo:
+    seen: set[Path] = set()
+    todo = [(start, package), *_user_modules({package} if package else set())]
+    while todo:  # a module's packages run too: their __init__ files count
         path, package = todo.pop()
         if path in seen:
             continue
-        seen[path] = None
+        seen.add(path)
         try:
-            names = _imported_names(path.read_text(), package)
+            todo += _user_modules(_imported_names(path.read_text(), package))
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
             continue  # loading the plug-in reports it
-        for name in names:
-            found = _module_file(name)
-            if found is not None:
-                pkg = name if found.name == "__init__.py" else name.rpartition(".")[0]
-                todo.append((found, pkg))
     return tuple(sorted(str(p) for p in seen))
+
+
+def _user_modules(names: set[str]) -> list[tuple[Path, str]]:
+    """(file, package for its relative imports) of each of `names`, and of their parent
+    packages, that is the user's own."""
+    names |= {n.rsplit(".", k)[0] for n in names for k in range(1, n.count(".") + 1)}
+    found = [(name, _module_file(name)) for name in sorted(names)]
+    return [
+        (path, name if path.name == "__init__.py" else name.rpartition(".")[0])
+        for name, path in found
+        if path is not None
+    ]

@@ -98,10 +98,9 @@ def name_arg(text: str) -> tuple[str, str]:
 
 def pair(text: str, option: str) -> tuple[int, int]:
     """`P:D` -> (P, D), each a whole number >= 1 (`--disagg`)."""
-    try:
-        counts = tuple(int(x) for x in text.split(":"))
-    except ValueError:
-        counts = ()
+    parts = text.split(":")
+    digits = all(re.fullmatch(r"[0-9]+", x.strip()) for x in parts)  # not `1_0`, not `1e3`
+    counts = tuple(int(x) for x in parts) if digits else ()
     if len(counts) != 2:
         raise _fail(f"{option} {text!r}: expected P:D (two whole numbers)")
     if min(counts) < 1:

@@ -31,10 +31,11 @@ from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.checks import check_number
+from dsim.cluster.topology import layout
 from dsim.errors import InputError
 from dsim.policies import parse_policy
 from dsim.run_inputs import resolve
-from dsim.run_spec import RunSpec
+from dsim.run_spec import MAX_COUNTS, RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
@@ -96,6 +97,8 @@ def load_config(path: str | Path) -> SweepConfig:
         check.fail("baseline", f"{baseline!r} is not one of the policies")
     axis, loads = check.load_table(check.table(raw, "load"))
     base = check.run_table(check.table(raw, "run"), axis)
+    if axis == "replicas":
+        check.replicas(loads, base)
     seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
     for policy in policies:
         check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
@@ -198,6 +201,8 @@ class _Checker:
             self.fail("seeds", f"expected a non-empty list of integers, got {_kind(value)}")
         if any(v < 0 for v in value) or len(set(value)) != len(value):
             self.fail("seeds", "seeds must be distinct integers >= 0")
+        if max(value) > MAX_COUNTS["seed"]:
+            self.fail("seeds", f"seeds must be at most {MAX_COUNTS['seed']}, got {max(value)}")
         return tuple(value)
 
     def run_table(self, run: dict, axis: str) -> RunSpec:
@@ -216,6 +221,13 @@ class _Checker:
             return RunSpec(**values)
         except InputError as exc:  # RunSpec checks every number: name the [run] key
             self.fail(f"run.{str(exc).split()[0]}", str(exc))
+
+    def replicas(self, loads: list[float], base: RunSpec) -> None:
+        """A replicas axis: each count in the cluster's range, and no `run.disagg` beside it."""
+        if base.disagg is not None:
+            self.fail("load.replicas", "run.disagg sets the replicas (P:D): drop one of the two")
+        for n in loads:
+            self.wrap("load.replicas", lambda n=n: layout(int(n), None))
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

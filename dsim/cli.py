@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import math
 import os
 import signal
 import sys
@@ -14,6 +13,7 @@ import typer
 
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
+from dsim.checks import finite
 from dsim.errors import InputError, Interrupted, SimulationStuck, WorkerLost
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
@@ -55,7 +55,7 @@ def _checked(kind: type, callback):
     (every dsim integer option counts something); then the parameter's own callback."""
 
     def check(ctx, param, value):
-        if value is not None and not (math.isfinite(value) and (kind is float or value >= 0)):
+        if value is not None and not (finite(value) and (kind is float or value >= 0)):
             rule = "a finite number" if kind is float else "a non-negative integer"
             raise typer.BadParameter(f"expected {rule}, got {value!r}", ctx=ctx, param=param)
         return value if callback is None else callback(ctx, param, value)

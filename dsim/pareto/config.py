@@ -97,8 +97,7 @@ def load_config(path: str | Path) -> SweepConfig:
         check.fail("baseline", f"{baseline!r} is not one of the policies")
     axis, loads = check.load_table(check.table(raw, "load"))
     base = check.run_table(check.table(raw, "run"), axis)
-    if axis == "replicas":
-        check.replicas(loads, base)
+    check.load_values(axis, loads, base)
     seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
     for policy in policies:
         check.wrap("policies", lambda p=policy: parse_policy(p, base.sla_tps))
@@ -222,12 +221,16 @@ class _Checker:
         except InputError as exc:  # RunSpec checks every number: name the [run] key
             self.fail(f"run.{str(exc).split()[0]}", str(exc))
 
-    def replicas(self, loads: list[float], base: RunSpec) -> None:
-        """A replicas axis: each count in the cluster's range, and no `run.disagg` beside it."""
-        if base.disagg is not None:
+    def load_values(self, axis: str, loads: list[float], base: RunSpec) -> None:
+        """Each load value as the spec checks it (a replicas axis as the cluster does, and not
+        beside `run.disagg`), so a bad value names this key before any point runs."""
+        if axis == "replicas" and base.disagg is not None:
             self.fail("load.replicas", "run.disagg sets the replicas (P:D): drop one of the two")
-        for n in loads:
-            self.wrap("load.replicas", lambda n=n: layout(int(n), None))
+        for v in loads:
+            value = int(v) if axis in INTEGER_AXES else v
+            self.wrap(f"load.{axis}", lambda value=value: replace(base, **{axis: value}))
+            if axis == "replicas":
+                self.wrap("load.replicas", lambda value=value: layout(value, None))
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

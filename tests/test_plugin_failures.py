@@ -130,7 +130,9 @@ def test_run_reports_a_failing_plugin_in_one_line_exit_2(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["Raises", "Exit0", "OsExit", "CtrlC", "SyncRaises"])
+@pytest.mark.parametrize(
+    "name", ["Raises", "Exit0", "OsExit", "CtrlC", "SyncRaises", "WritesTruth"]
+)
 def test_check_policy_reports_a_failing_plugin_as_exit_2_not_a_verdict(
     monkeypatch, capsys, files, name
 ):

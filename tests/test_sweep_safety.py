@@ -149,29 +149,42 @@ class Dies:
     drafts = True
 
     def lengths(self, conf, sps, truth):
-        import {module}
-        {module}._exit(3)
+        BODY
 """
 
 
-@pytest.mark.parametrize(("module", "code", "message"), [
-    ("os", 2, "lengths called os._exit(3)"),
-    ("posix", 1, "a sweep worker exited with code 3 running a point of policy"),
+@pytest.mark.parametrize(("body", "code", "message"), [
+    ("import os; os._exit(3)", 2, "lengths called os._exit(3)"),
+    ("import posix; posix._exit(3)", 1, "a sweep worker exited with code 3 running a point of"),
+    ("raise ValueError('bad')", 2, "lengths raised ValueError: bad"),
+    ("import sys; sys.exit(0)", 2, "lengths called sys.exit(0)"),
+    ("import time; time.sleep(60)", 2, "lengths did not return within 0.5 s"),
 ])  # fmt: skip
-def test_a_worker_that_ends_its_process_ends_the_sweep_in_one_line(
-    monkeypatch, capsys, tmp_path, module, code, message
+def test_a_failing_plugin_in_a_worker_ends_the_sweep_in_one_line(
+    monkeypatch, capsys, tmp_path, body, code, message
 ):
     out = tmp_path / "out"
     earlier = _config(tmp_path, '"fixed:1"')
     assert _pareto(monkeypatch, capsys, earlier, out, "--jobs", "1")[0] == 0
     kept = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     dies = tmp_path / "dies.py"
-    dies.write_text(DIES.format(module=module))
+    dies.write_text(DIES.replace("BODY", body))
     config = _config(tmp_path, f'"fixed:1", "{dies}:Dies", "fixed:2"')
-    got, err = _pareto(monkeypatch, capsys, config, out, "--jobs", "2")
+    args = ("--jobs", "2", "--plugin-timeout", "0.5")
+    got, err = _pareto(monkeypatch, capsys, config, out, *args)
     assert got == code and err.count("\n") == 1 and message in err
     assert all(p.read_bytes() == b for p, b in kept.items())  # earlier outputs kept
     assert (out / "points.parquet").is_file()
+
+
+def test_the_worker_pool_gives_the_in_process_numbers(monkeypatch, capsys, tmp_path):
+    config = _config(tmp_path, '"fixed:1", "fixed:3", "dspark"')
+    tables = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        assert _pareto(monkeypatch, capsys, config, out, "--jobs", jobs)[0] == 0
+        tables.append(pd.read_parquet(out / "points.parquet"))
+    pd.testing.assert_frame_equal(*tables)
 
 
 def _children(pid: int) -> list[str]:

@@ -130,7 +130,7 @@ def _what(exc: BaseException) -> str:
 
 
 def _user_line(exc: BaseException) -> str:
-    from dsim.codehash import user_file  # here: the policies layer keeps its imports small
+    from dsim.codehash import user_file  # a leaf: the standard library only
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if user_file(f.filename)]
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
@@ -138,7 +138,7 @@ def _user_line(exc: BaseException) -> str:
 
 def _import(target: str, spec: str) -> ModuleType:
     if not target.endswith(".py"):
-        with guard(spec, f"importing {target!r}"):
+        with guard(spec, f"cannot import {target!r}; the import"):
             return importlib.import_module(target)
     path = Path(target)
     if path.is_dir():
@@ -152,7 +152,7 @@ def _import(target: str, spec: str) -> ModuleType:
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module  # dataclasses in the file look their module up here
-        with guard(spec, f"importing {target!r}"):
+        with guard(spec, f"cannot import {target!r}; the import"):
             module_spec.loader.exec_module(module)
         _MODULES[key] = module
     return _MODULES[key]

@@ -35,7 +35,7 @@ def check_number(
         for key, sym, _ in (*_BOUNDS, *_UPPER)
         if limits[key] is not None
     ]
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and finite(value)
     ok = ok and all(
         limits[key] is None or test(value, limits[key]) for key, _, test in (*_BOUNDS, *_UPPER)
     )
@@ -47,7 +47,17 @@ def check_number(
     return value
 
 
+def finite(value: float) -> bool:
+    """Finite; an integer too large for a float (10**400) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _fmt(x: float) -> str:
+    if isinstance(x, int):
+        return str(x)
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 

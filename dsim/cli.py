@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-import math
+import os
 import signal
 import sys
 import warnings
@@ -13,11 +13,13 @@ import typer
 
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
-from dsim.errors import InputError, Interrupted, Notice, SimulationStuck
+from dsim.checks import finite
+from dsim.errors import InputError, Interrupted, Notice, SimulationStuck, WorkerLost
 from dsim.hardware import commands as hardware_commands
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
 from dsim.policies import commands as policy_commands
+from dsim.policies.plugin import TRACEBACK_ENV
 from dsim.real import commands as real_commands
 from dsim.validation import commands as validation_commands
 
@@ -53,7 +55,7 @@ def _checked(kind: type, callback):
     (every dsim integer option counts something); then the parameter's own callback."""
 
     def check(ctx, param, value):
-        if value is not None and not (math.isfinite(value) and (kind is float or value >= 0)):
+        if value is not None and not (finite(value) and (kind is float or value >= 0)):
             rule = "a finite number" if kind is float else "a non-negative integer"
             raise typer.BadParameter(f"expected {rule}, got {value!r}", ctx=ctx, param=param)
         return value if callback is None else callback(ctx, param, value)
@@ -91,11 +93,12 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main() -> None:
-    """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck); 2 bad input
-    (one line naming the file, row and problem); 130 / 143 interrupted by SIGINT / SIGTERM
-    (one line, no final outputs written). Warnings (torch's, say) are shown after a command
-    that succeeds and dropped when it fails, so an error stays one line; dsim's own notices
-    (`dsim.errors.Notice`) are one `dsim: note:` line each."""
+    """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck, a sweep's
+    worker lost); 2 bad input (one line naming the file, row and problem; a plug-in policy
+    that fails is input too, with its traceback when DSIM_TRACEBACK=1); 130 / 143 interrupted
+    by SIGINT / SIGTERM (one line, no final outputs written). Warnings (torch's, say) are shown
+    after a command that succeeds and dropped when it fails, so an error stays one line; dsim's
+    own notices (`dsim.errors.Notice`) are one `dsim: note:` line each."""
     try:
         previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
     except ValueError:  # not the main thread (an embedding caller): keep its handlers
@@ -121,6 +124,8 @@ def _dispatch() -> Any:
     try:
         return harden(typer.main.get_command(app)).main(prog_name="dsim", standalone_mode=False)
     except InputError as err:
+        if os.environ.get(TRACEBACK_ENV) == "1" and getattr(err, "detail", ""):
+            print(err.detail, file=sys.stderr, end="")  # a plug-in's own traceback, on request
         _fail(f"error: {err}", 2)
     except Interrupted as exc:
         _fail(f"interrupted by {signal.Signals(exc.signum).name}", 128 + exc.signum)
@@ -136,6 +141,8 @@ def _dispatch() -> Any:
         _fail("aborted", 1)
     except SimulationStuck as exc:
         _fail(f"error: simulation stuck: {exc}", 1)
+    except WorkerLost as exc:
+        _fail(f"error: {exc}", 1)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"error: {where}{exc.strerror or exc}", 2 if exc.errno in _PATH_ERRNOS else 1)

@@ -27,6 +27,24 @@ class Notice(UserWarning):
     CLI prints it as one `dsim: note:` line after a command that succeeds."""
 
 
+class PluginError(InputError):
+    """A user's plug-in failed (raised, exited, timed out): the user's code is input, so it is
+    one line and exit 2; `detail` keeps the traceback for `DSIM_TRACEBACK=1`."""
+
+    def __init__(self, path: str | Path | None, row: int | None, problem: str, detail: str = ""):
+        super().__init__(path, row, problem)
+        self.detail = detail
+        self.args = (path, row, problem, detail)  # re-created from args, detail kept
+
+    def __reduce__(self):
+        return type(self), (self.path, self.row, self.problem, self.detail)
+
+
+class WorkerLost(RuntimeError):
+    """A sweep's worker process ended without reporting its point (killed, or its code exited
+    the process): the sweep stops; finished points are kept."""
+
+
 class SimulationStuck(RuntimeError):
     """The engine stopped advancing time (a bug or an input no check caught): names the state."""
 

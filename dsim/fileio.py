@@ -84,18 +84,35 @@ def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
-def check_output_dir(path: str | Path, owner: str) -> None:
-    """An output folder dsim may replace: absent, empty, or holding `owner` (so dsim wrote it).
+def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
+    """An output folder dsim may replace: absent, empty, or holding `owner` (so dsim wrote it;
+    with several names, any one of them).
 
     Anything else (a file, someone's folder) is an InputError, before any work is done.
     """
     path = Path(path)
+    owners = (owner,) if isinstance(owner, str) else owner
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise InputError(path, None, "exists and is not a folder: choose another --out")
-    if path.is_dir() and any(path.iterdir()) and not (path / owner).is_file():
+    if path.is_dir() and any(path.iterdir()) and not any((path / o).exists() for o in owners):
         raise InputError(
-            path, None, f"is a folder without {owner}, not a dsim output: not replacing it"
+            path,
+            None,
+            f"is a folder without {' or '.join(owners)}, not a dsim output: not replacing it",
         )
+
+
+def check_writable(folder: str | Path) -> None:
+    """Make `folder` if needed and write and remove a file in it: a folder dsim cannot write
+    is refused before any work, not after the first result."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dsim-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(folder, None, f"cannot write here: {exc.strerror or exc}") from None
 
 
 @contextmanager

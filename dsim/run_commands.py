@@ -11,6 +11,8 @@ import typer
 from dsim import spec_grammar
 from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
+from dsim.policies.commands import PLUGIN_TIMEOUT
+from dsim.policies.plugin import set_call_limit
 from dsim.report import console, progress_bar, summary_table, warn
 from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
 from dsim.run_inputs import resolve
@@ -169,9 +171,11 @@ def run_cmd(
     kv_link_gbps: float = KV_LINK_GBPS,
     kv_bytes_per_token: float | None = KV_BYTES,
     progress: bool = PROGRESS,
+    plugin_timeout: float = PLUGIN_TIMEOUT,
 ) -> None:
     """Simulate replicas serving a trace under a verification policy."""
     spec = spec_from(locals())
+    set_call_limit(plugin_timeout)
     if out is not None:
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
     inputs = resolve(spec)

@@ -22,6 +22,7 @@ from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
 from dsim.checks import check_number
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
+from dsim.codehash import user_sources
 from dsim.engine.config import (
     DraftCost,
     EngineConfig,
@@ -36,7 +37,7 @@ from dsim.hardware.engines import Scheduling
 from dsim.hardware.gpu_model import SpecRound
 from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
-from dsim.policies import Policy, check_gamma, policy_maker, reads_sla, sla_users
+from dsim.policies import Policy, check_gamma, plugin_source, policy_maker, reads_sla, sla_users
 from dsim.run_spec import RunSpec
 from dsim.workload import Workload, load_workload
 
@@ -247,15 +248,19 @@ def resolve(spec: RunSpec) -> RunInputs:
 
 
 def input_files(spec: RunSpec) -> tuple[str, ...]:
-    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one.
+    """Every file a simulation of `spec` reads, plus the NAME.json sidecar beside each one,
+    plus a plug-in policy's source files (`user_sources`: its file or module and the user's
+    own modules it imports; read afresh, so an edited import is seen).
 
     Found by building the spec's inputs while `dsim.inputs.recording()` watches, so files named
     inside specs (`synthetic:...,lengths=FILE`, `mix:` parts, calibrations, trace sidecars)
     and any future source that reads through `input_file` are listed by construction.
     """
-    return _input_files(
+    data = _input_files(
         spec.trace, spec.acceptance, spec.gamma, spec.calibration, spec.profile, spec.draft_cost
     )
+    target = plugin_source(spec.policy)
+    return tuple(sorted({*data, *(user_sources(target) if target else ())}))
 
 
 @lru_cache(maxsize=256)

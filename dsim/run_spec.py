@@ -23,6 +23,18 @@ DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
 DEFAULT_ACCEPTANCE = "preset:dspark:chat"
 
+# The largest value each count may take (checked before any work; README, "dsim run"): beyond
+# them an array would not fit in memory or a seed in a Parquet int64 column.
+MAX_COUNTS = {
+    "gamma": 64,
+    "max_seqs": 65536,
+    "kv_tokens": 2**40,
+    "prefill_chunk": 2**31 - 1,
+    "max_requests": 2**40,
+    "max_num_batched_tokens": 2**31 - 1,
+    "seed": 2**63 - 1,
+}
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
@@ -62,12 +74,12 @@ class RunSpec:
         """Every number finite and in range (a NaN rate or SLA would stall simulated time);
         the topology's own settings are checked when the spec is resolved."""
         for name in ("gamma", "max_seqs"):
-            check_number(getattr(self, name), name, ge=1, integer=True)
-        check_number(self.seed, "seed", ge=0, integer=True)
+            check_number(getattr(self, name), name, ge=1, le=MAX_COUNTS[name], integer=True)
+        check_number(self.seed, "seed", ge=0, le=MAX_COUNTS["seed"], integer=True)
         check_number(self.rate_scale, "rate_scale", gt=0)
         for name in ("max_requests", "kv_tokens", "prefill_chunk", "max_num_batched_tokens"):
             if getattr(self, name) is not None:
-                check_number(getattr(self, name), name, ge=1, integer=True)
+                check_number(getattr(self, name), name, ge=1, le=MAX_COUNTS[name], integer=True)
         if self.prefill_mixing not in PREFILL_MIXING:
             raise InputError(
                 None,

@@ -34,12 +34,17 @@ def number(text: str, name: str, *, integer: bool = False, **bounds: float) -> f
     return check_number(value, name, integer=integer, **bounds)
 
 
-def split_top(text: str) -> list[str]:
-    """Split on commas outside brackets (entries may carry bracketed options)."""
-    parts, depth, cur = [], 0, ""
+def _split(text: str, brackets: bool) -> list[str]:
+    """Split on commas outside double quotes (and, with `brackets`, outside [...])."""
+    parts, depth, cur, quoted, escaped = [], 0, "", False, False
     for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
+        if quoted:
+            quoted, escaped = (escaped or ch != '"'), (not escaped and ch == "\\")
+        elif ch == '"':
+            quoted = True
+        elif brackets:
+            depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0 and not quoted:
             parts.append(cur)
             cur = ""
         else:
@@ -47,15 +52,28 @@ def split_top(text: str) -> list[str]:
     return [*parts, cur]
 
 
+def split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes (entries may carry bracketed options)."""
+    return _split(text, brackets=True)
+
+
+def _unquote(value: str) -> str:
+    """`"a,b"` -> `a,b` (inside quotes, `\\"` is a quote and `\\\\` a backslash); else as is."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", value[1:-1])
+    return value
+
+
 def key_values(text: str, where: str, expected: str = "key=value") -> dict[str, str]:
-    """`k=v,k=v` -> {k: v} (keys and values stripped, empty parts skipped, a later key wins);
-    a part without `=` is `{where}: expected {expected}, got {part!r}`."""
+    """`k=v,k=v` -> {k: v} (keys and values stripped, empty parts skipped, a later key wins;
+    a value in double quotes may hold commas and brackets: `model="a,b"`); a part without `=`
+    is `{where}: expected {expected}, got {part!r}`."""
     out = {}
-    for part in filter(None, text.split(",")):
+    for part in filter(None, _split(text, brackets=False)):
         key, sep, value = part.partition("=")
         if not sep:
             raise _fail(f"{where}: expected {expected}, got {part!r}")
-        out[key.strip()] = value.strip()
+        out[key.strip()] = _unquote(value.strip())
     return out
 
 
@@ -98,10 +116,9 @@ def name_arg(text: str) -> tuple[str, str]:
 
 def pair(text: str, option: str) -> tuple[int, int]:
     """`P:D` -> (P, D), each a whole number >= 1 (`--disagg`)."""
-    try:
-        counts = tuple(int(x) for x in text.split(":"))
-    except ValueError:
-        counts = ()
+    parts = text.split(":")
+    digits = all(re.fullmatch(r"[0-9]+", x.strip()) for x in parts)  # not `1_0`, not `1e3`
+    counts = tuple(int(x) for x in parts) if digits else ()
     if len(counts) != 2:
         raise _fail(f"{option} {text!r}: expected P:D (two whole numbers)")
     if min(counts) < 1:
@@ -156,7 +173,7 @@ def sched_cost(text: str) -> SchedCostSpec:
     raise _fail(f"--sched-cost {text!r}: expected auto, auto:F or SECONDS >= 0")
 
 
-_OPTIONS_RE = re.compile(r"^(?P<body>.*?)(\[(?P<opts>[^\]]*)\])?$")
+_OPTIONS_RE = re.compile(r'^(?P<body>.*?)(\[(?P<opts>(?:[^\]"]|"(?:[^"\\]|\\.)*")*)\])?$')
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ METRICS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*(,?)\s*')
 _UNESCAPE = {"n": "\n", '"': '"', "\\": "\\"}
+_POSITION = re.compile(r"0|[1-9][0-9]*")  # canonical: `00` and `0` are not two positions
+MAX_POSITIONS = 1024  # draft positions a scrape may report
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # metric (without prefix/suffix), sorted labels
 
@@ -95,6 +97,8 @@ def _parse_sample(text: str, path: Path, line: int) -> tuple[str, dict[str, str]
             m = _LABEL.match(rest)
             if m is None:
                 raise InputError(path, line, f"malformed labels in {text!r}")
+            if m[1] in labels:
+                raise InputError(path, line, f"label {m[1]!r} given twice in {text!r}")
             labels[m[1]] = _unescape(m[2])
             rest = rest[m.end() :]
             if not m[3] and not rest.startswith("}"):
@@ -202,8 +206,13 @@ def read_vllm_acceptance(
             totals[metric] = totals.get(metric, 0.0) + sample.value
             continue
         text = dict(labels).get("position")
-        if text is None or not text.isdigit():
-            raise InputError(path, sample.line, f"position label must be 0, 1, ..., got {text!r}")
+        if text is None or not _POSITION.fullmatch(text) or int(text) >= MAX_POSITIONS:
+            raise InputError(
+                path,
+                sample.line,
+                f"position label must be one of 0, 1, ..., {MAX_POSITIONS - 1} (no leading "
+                f"zeros), got {text!r}",
+            )
         entry = positions.setdefault(int(text), [0.0, sample.line])
         entry[0] += sample.value
     missing = [PREFIX + m for m in (DRAFTS, DRAFT_TOKENS, ACCEPTED) if m not in totals]
@@ -216,6 +225,10 @@ def read_vllm_acceptance(
         gap = min(set(range(n)) - set(positions))
         raise InputError(path, None, f"{PREFIX}{PER_POS}: no series for position {gap}")
     counts = np.array([positions[k][0] for k in range(n)])
+    if not (np.isfinite(counts).all() and all(np.isfinite(v) for v in totals.values())):
+        raise InputError(
+            path, None, f"the counters' sums overflow (beyond {np.finfo(float).max:.3g})"
+        )
     drafts = totals[DRAFTS]
     if drafts == 0:
         raise InputError(path, None, f"zero drafts{window}: no speculative decoding to measure")

@@ -31,21 +31,31 @@ def check_positive(name: str, value: float) -> float:
     return float(value)
 
 
+MAX_KV_BYTES_PER_TOKEN = 2**30  # a GiB per token and GPU: beyond any model's KV cache
+MAX_SECONDS_PER_TOKEN = 1.0  # a KV link this slow makes every time in the run meaningless
+# model_config fields of a profile sidecar, with the largest value each may take
+KV_FIELDS = {"num_hidden_layers": 4096, "num_key_value_heads": 4096, "head_dim": 65536}
+
+
 def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: float | None) -> float:
     """KV-cache bytes per token that one GPU of the replica holds (and sends over its own link,
     the GPUs of a tensor-parallel replica moving their shards side by side): `given`, else the
     profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else 2 (K and V) x
-    layers x KV heads x head dim x dtype bytes from its `model_config`."""
+    layers x KV heads x head dim x dtype bytes from its `model_config`. A sidecar field that is
+    not a number in range is blamed on the sidecar file, by name."""
     if given is not None:
-        return check_positive("kv-bytes-per-token", given)
+        return _kv_size("--kv-bytes-per-token", given, None)
+    side = Path(profile).with_suffix(".json")
     for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
         if key in sidecar:
-            return check_positive("kv-bytes-per-token", sidecar[key])
+            return _kv_size(key, sidecar[key], side)
     cfg = sidecar.get("model_config", {})
-    keys = ("num_hidden_layers", "num_key_value_heads", "head_dim")
-    if all(k in cfg for k in keys) and sidecar.get("dtype") in DTYPE_BYTES:
-        layers, heads, dim = (int(cfg[k]) for k in keys)
-        return float(2 * layers * heads * dim * DTYPE_BYTES[sidecar["dtype"]])
+    if not isinstance(cfg, dict):
+        raise InputError(side, None, "model_config: expected an object")
+    if all(k in cfg for k in KV_FIELDS) and sidecar.get("dtype") in DTYPE_BYTES:
+        layers, heads, dim = (_whole(side, k, cfg[k], top) for k, top in KV_FIELDS.items())
+        size = 2.0 * layers * heads * dim * DTYPE_BYTES[sidecar["dtype"]]
+        return _kv_size("model_config: the KV bytes per token it gives", size, side)
     raise InputError(
         profile,
         None,
@@ -53,10 +63,36 @@ def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: floa
     )
 
 
-def link_seconds_per_token(bytes_per_token: float, gbps: float) -> float:
-    """Seconds the link takes to move one token's KV (a request's transfer: its prompt tokens
-    times this; the link carries each transfer at full bandwidth)."""
-    return bytes_per_token * 8 / (check_positive("kv-link-gbps", gbps) * 1e9)
+def _whole(side: Path, key: str, value: Any, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        problem = f"model_config.{key}: must be a whole number in 1..{top}, got {value!r}"
+        raise InputError(side, None, problem)
+    return value
+
+
+def _kv_size(name: str, value: Any, side: Path | None) -> float:
+    """KV bytes per token: a finite number in (0, MAX_KV_BYTES_PER_TOKEN]."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and 0 < value <= MAX_KV_BYTES_PER_TOKEN):
+        raise InputError(
+            side,
+            None,
+            f"{name} must be a finite number > 0 and <= {MAX_KV_BYTES_PER_TOKEN}, got {value!r}",
+        )
+    return float(value)
+
+
+def seconds_per_token(bytes_per_token: float, gbps: float) -> float:
+    """Seconds the link takes per token of KV: finite and at most MAX_SECONDS_PER_TOKEN."""
+    seconds = bytes_per_token * 8 / (gbps * 1e9)
+    if not (math.isfinite(seconds) and seconds <= MAX_SECONDS_PER_TOKEN):
+        raise InputError(
+            None,
+            None,
+            f"--kv-link-gbps {gbps:g} with {bytes_per_token:g} KV bytes per token moves a token "
+            f"in {seconds:.3g} s, more than {MAX_SECONDS_PER_TOKEN:g} s: raise the bandwidth",
+        )
+    return seconds
 
 
 class KvLink:
@@ -73,7 +109,9 @@ class KvLink:
     ) -> None:
         self.env, self.decode, self.router = env, decode, router
         self.prompt_tokens = prompt_tokens
-        self.seconds_per_token = link_seconds_per_token(bytes_per_token, gbps)
+        self.seconds_per_token = seconds_per_token(
+            bytes_per_token, check_positive("kv-link-gbps", gbps)
+        )
 
     def transfer_s(self, i: int) -> float:
         return float(self.prompt_tokens[i]) * self.seconds_per_token

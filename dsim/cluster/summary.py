@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dsim.cluster.disagg import link_seconds_per_token
+from dsim.cluster.disagg import seconds_per_token
 from dsim.cluster.topology import PREFILL, Topology, joined
 from dsim.engine.steplog import StepLog
 from dsim.metrics import mean_batch_size
@@ -55,7 +55,7 @@ def kv_transfer_figures(prompt_tokens: np.ndarray, shape: Topology) -> dict:
     median and p99; {} for a colocated run."""
     if not shape.layout.disaggregated:
         return {}
-    per_token = link_seconds_per_token(shape.kv_bytes_per_token, shape.kv_link_gbps)
+    per_token = seconds_per_token(shape.kv_bytes_per_token, shape.kv_link_gbps)
     seconds = np.asarray(prompt_tokens, np.float64) * per_token
     return {
         "kv_transfer_p50_s": float(np.percentile(seconds, 50)),

@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 
 from dsim import spec_grammar
-from dsim.cluster.disagg import KvLink, check_positive
+from dsim.cluster.disagg import KvLink, check_positive, seconds_per_token
 from dsim.cluster.router import LeastLoaded, Router, router_kind
 from dsim.cluster.source import arrivals, closed_loop
 from dsim.engine.records import Records
@@ -40,15 +40,26 @@ class Layout:
         return PREFILL in self.roles
 
 
+MAX_REPLICAS = 1024  # replicas of one run, colocated or P + D (docs/cluster.md)
+
+
 def layout(replicas: int, disagg: str | None) -> Layout:
-    """Roles from `--replicas N` or `--disagg P:D` (which replaces --replicas)."""
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InputError(None, None, f"--replicas must be a whole number >= 1, got {replicas!r}")
+    """Roles from `--replicas N` or `--disagg P:D` (which replaces --replicas); at most
+    MAX_REPLICAS in all."""
+    ok = isinstance(replicas, int) and not isinstance(replicas, bool)
+    if not ok or not 1 <= replicas <= MAX_REPLICAS:
+        raise InputError(
+            None,
+            None,
+            f"--replicas must be a whole number >= 1 and <= {MAX_REPLICAS}, got {replicas!r}",
+        )
     if disagg is None:
         return Layout((COLOCATED,) * replicas)
     if replicas != 1:
         raise InputError(None, None, "--disagg P:D replaces --replicas: give one of them")
     p, d = spec_grammar.pair(disagg, "--disagg")
+    if p + d > MAX_REPLICAS:
+        raise InputError(None, None, f"--disagg {disagg!r}: P + D must be at most {MAX_REPLICAS}")
     return Layout((PREFILL,) * p + (DECODE,) * d)
 
 
@@ -76,7 +87,9 @@ def topology(
     kind = router_kind(router)
     if not shape.disaggregated:
         return Topology(shape, kind)
-    return Topology(shape, kind, check_positive("kv-link-gbps", kv_link_gbps), kv_bytes())
+    gbps, per_token = check_positive("kv-link-gbps", kv_link_gbps), kv_bytes()
+    seconds_per_token(per_token, gbps)  # a transfer time that is finite and sane, or refused
+    return Topology(shape, kind, gbps, per_token)
 
 
 def replica_rng(seed: int, k: int, run_rng: np.random.Generator) -> np.random.Generator:

@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from dsim.pareto.pipeline import prepare, run_pareto
+from dsim.policies.commands import PLUGIN_TIMEOUT
+from dsim.policies.plugin import set_call_limit
 from dsim.report import console, progress_bar
 
 
@@ -21,8 +23,10 @@ def register(app: typer.Typer) -> None:
         address: str | None = typer.Option(None, help="Ray cluster address (default: local)."),
         jobs: int = typer.Option(2, help="Worker processes (local) or CPUs of a local Ray."),
         progress: bool = typer.Option(True, help="Show a progress bar."),
+        plugin_timeout: float = PLUGIN_TIMEOUT,
     ) -> None:
         """Sweep policies over loads; write points, frontiers, pareto.png, load.png, report.md."""
+        set_call_limit(plugin_timeout)  # the workers take it with them
         cfg, points = prepare(config, executor, jobs)  # every input check, before any work
         with progress_bar("points", total=len(points), enabled=progress) as update:
             table = run_pareto(cfg, points, out, executor, jobs, address, update)

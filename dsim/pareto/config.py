@@ -40,10 +40,11 @@ from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
 from dsim.checks import check_number
+from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
 from dsim.policies import check_gamma, parse_policy
 from dsim.run_inputs import resolve
-from dsim.run_spec import RUN_OPTIONS, VLLM_NAMES, RunSpec
+from dsim.run_spec import MAX_COUNTS, RUN_OPTIONS, VLLM_NAMES, RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
@@ -151,6 +152,7 @@ def load_config(path: str | Path) -> SweepConfig:
     axis, loads = check.load_table(check.table(raw, "load"))
     layout_table = check.table(raw, "layout")
     base = check.run_table(check.table(raw, "run"), axis, layout_table)
+    check.load_values(axis, loads, base)
     seeds = check.seeds(raw, base.seed, "seed" in check.table(raw, "run"))
     layouts = check.layouts(layout_table, axis)
     for policy in policies:
@@ -275,6 +277,8 @@ class _Checker:
             self.fail("seeds", f"expected a non-empty list of integers, got {_kind(value)}")
         if any(v < 0 for v in value) or len(set(value)) != len(value):
             self.fail("seeds", "seeds must be distinct integers >= 0")
+        if max(value) > MAX_COUNTS["seed"]:
+            self.fail("seeds", f"seeds must be at most {MAX_COUNTS['seed']}, got {max(value)}")
         return tuple(value)
 
     def run_table(self, run: dict, axis: str, layout: dict) -> RunSpec:
@@ -334,6 +338,17 @@ class _Checker:
                     self.fail(f"run.{name}", f"is run.{field} under vLLM's name: give one")
                 out[field] = out.pop(name)
         return out
+
+    def load_values(self, axis: str, loads: list[float], base: RunSpec) -> None:
+        """Each load value as the spec checks it (a replicas axis as the cluster does, and not
+        beside `run.disagg`), so a bad value names this key before any point runs."""
+        if axis == "replicas" and base.disagg is not None:
+            self.fail("load.replicas", "run.disagg sets the replicas (P:D): drop one of the two")
+        for v in loads:
+            value = int(v) if axis in INTEGER_AXES else v
+            self.wrap(f"load.{axis}", lambda value=value: replace(base, **{axis: value}))
+            if axis == "replicas":
+                self.wrap("load.replicas", lambda value=value: cluster_layout(value, None))
 
     def load_table(self, load: dict) -> tuple[str, list[float]]:
         self.keys(load, LOAD_AXES, "load.")

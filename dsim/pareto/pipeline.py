@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.errors import InputError
-from dsim.fileio import staged_files, write_parquet
+from dsim.fileio import check_output_dir, check_writable, staged_files, write_parquet
 from dsim.pareto.analysis import analyse
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.plots import plot_load, plot_pareto
@@ -21,6 +20,18 @@ def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, 
     cfg = load_config(config)
     check_executor(executor, jobs)
     return cfg, make_points(cfg.specs())
+
+
+# What marks a folder as a sweep's: its table, or the points folder a sweep makes first (so an
+# interrupted first sweep resumes).
+SWEEP_OWNERS = ("points.parquet", "points")
+
+
+def check_out(out: Path) -> None:
+    """`--out` as `dsim run` checks it (absent, empty or a sweep's own), and writable; before
+    any point runs."""
+    check_output_dir(out, SWEEP_OWNERS)
+    check_writable(out)
 
 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
@@ -48,8 +59,7 @@ def run_pareto(
 ) -> pd.DataFrame:
     """Run (or resume) the prepared sweep and write every output under `out`."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(out, None, "exists and is not a folder: choose another --out")
+    check_out(out)
     table = run_sweep(points, out, executor, jobs, address, progress)
     table.insert(1, "load_axis", cfg.load_axis)
     table.insert(2, "layout", [cfg.layout_of(p.spec) for p in points])

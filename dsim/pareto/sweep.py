@@ -15,9 +15,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
+import pickle
+import queue
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -25,7 +29,8 @@ from pathlib import Path
 import pandas as pd
 
 from dsim.codehash import code_digest
-from dsim.errors import InputError
+from dsim.errors import InputError, WorkerLost
+from dsim.policies.plugin import call_limit, set_call_limit
 from dsim.run import simulate, write_run
 from dsim.run_inputs import input_files
 from dsim.run_spec import RunSpec
@@ -100,31 +105,116 @@ Task = tuple[RunSpec, str]
 
 
 def _local(tasks: list[Task], jobs: int) -> Iterator[tuple[int, dict]]:
-    """In this process for one job (no pickling, easy to debug), else a spawn process pool.
-
-    The pool is terminated however the loop ends (done, a failed point, Ctrl-C, SIGTERM): no
-    worker outlives the sweep, and a point it was writing never lands (see `write_run`).
-    """
+    """In this process for one job (no pickling, easy to debug), else `jobs` spawned workers."""
     if jobs == 1:
         for i, task in enumerate(tasks):
             yield i, run_point(*task)
         return
-    pool = get_context("spawn").Pool(jobs, initializer=_ignore_interrupts)
+    yield from _pool(tasks, jobs)
+
+
+def _pool(tasks: list[Task], jobs: int) -> Iterator[tuple[int, dict]]:
+    """Worker processes fed from a queue, each reporting the point it starts and its result.
+
+    A worker that ends without a result (killed, or a plug-in that ended its process) ends the
+    sweep with `WorkerLost` instead of a wait forever. The workers start with SIGINT ignored,
+    so Ctrl-C is the parent's alone (one line, no worker tracebacks, even while they import),
+    and they are terminated however the loop ends: no worker outlives the sweep, and a point
+    one was writing never lands (see `write_run`).
+    """
+    ctx = get_context("spawn")
+    todo, results = ctx.Queue(), ctx.Queue()
+    for item in enumerate(tasks):
+        todo.put(item)
+    workers = [
+        ctx.Process(target=_worker, args=(todo, results, call_limit()), daemon=True)
+        for _ in range(min(jobs, len(tasks)))
+    ]
+    for _ in workers:
+        todo.put(None)
+    busy: dict[int, int] = {}  # worker pid -> the task it runs
     try:
-        yield from pool.imap_unordered(_run_indexed, enumerate(tasks))
+        with _sigint_ignored():
+            for w in workers:
+                w.start()
+        for _ in tasks:
+            kind, a, b = _next_message(results, workers, busy, tasks)
+            if kind == "error":
+                raise b
+            yield a, b
     finally:
-        pool.terminate()
-        pool.join()
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.join()
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which terminates them (no traceback per worker)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _next_message(
+    results, workers: list, busy: dict[int, int], tasks: list[Task]
+) -> tuple[str, int, object]:
+    """The next ("done", task, summary) or ("error", task, exception); raises WorkerLost when
+    a worker has ended with a point unfinished."""
+    while True:
+        try:
+            kind, a, b = pickle.loads(results.get(timeout=0.5))
+        except queue.Empty:
+            for w in workers:
+                if w.exitcode is not None and (w.exitcode != 0 or w.pid in busy):
+                    task = busy.get(w.pid)
+                    raise WorkerLost(_lost(w, None if task is None else tasks[task][0])) from None
+            continue
+        if kind == "start":
+            busy[a] = b
+            continue
+        busy.pop(next((p for p, t in busy.items() if t == a), None), None)
+        return kind, a, b
 
 
-def _run_indexed(item: tuple[int, Task]) -> tuple[int, dict]:
-    i, task = item
-    return i, run_point(*task)
+def _lost(worker, spec: RunSpec | None) -> str:
+    code = worker.exitcode
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    which = "" if spec is None else f" running a point of policy {spec.policy!r}"
+    return (
+        f"a sweep worker {how}{which} (a plug-in policy that ends its process does this); "
+        "finished points are kept, and a rerun resumes from them"
+    )
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while workers are started: they inherit it (Python keeps an ignored SIGINT
+    ignored at start-up), and a Ctrl-C in these milliseconds is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _worker(todo, results, limit: float) -> None:
+    """A worker's loop: points until the sentinel; each outcome sent back already pickled (an
+    exception that cannot be pickled is sent as its text)."""
+    set_call_limit(limit)
+    while (item := todo.get()) is not None:
+        i, task = item
+        results.put(pickle.dumps(("start", os.getpid(), i)))
+        try:
+            message = ("done", i, run_point(*task))
+        except Exception as exc:
+            message = ("error", i, exc)
+        try:
+            payload = pickle.dumps(message)
+        except Exception:
+            payload = pickle.dumps(("error", i, RuntimeError(repr(message[2]))))
+        results.put(payload)
+
+
+def _ray_point(spec: RunSpec, directory: str, limit: float) -> dict:
+    set_call_limit(limit)
+    return run_point(spec, directory)
 
 
 def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[int, dict]]:
@@ -136,8 +226,8 @@ def _ray(tasks: list[Task], address: str | None, jobs: int) -> Iterator[tuple[in
         cpus = None if address else jobs
         ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=1)(run_point)
-        pending = {remote.remote(*task): i for i, task in enumerate(tasks)}
+        remote = ray.remote(num_cpus=1)(_ray_point)
+        pending = {remote.remote(*task, call_limit()): i for i, task in enumerate(tasks)}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             yield pending.pop(done[0]), ray.get(done[0])

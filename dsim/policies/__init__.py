@@ -6,8 +6,9 @@
 - `registry`: the names, `parse_policy` and the help text;
 - `check`: the losslessness checks behind `dsim check-policy`; `commands`: that command.
 
-These modules import numpy, `dsim.errors` and `dsim.spec_grammar` only, never the engine,
-run, pareto, real or cluster layers (the engine imports `protocol`); one exception: `check`'s
+These modules import numpy, `dsim.errors`, `dsim.spec_grammar` and `dsim.codehash` (a leaf
+that says which files are the user's, for a plug-in's error line) only, never the engine, run,
+pareto, real or cluster layers (the engine imports `protocol`); one exception: `check`'s
 outcome test decodes with the real sampling code, `dsim.models.toy_decoder`, imported inside
 its functions (dsim.models imports nothing from here). Definitions: docs/design.md; the
 protocol: docs/policies.md.
@@ -19,6 +20,7 @@ from dsim.policies.registry import (
     POLICY_NAMES,
     check_gamma,
     parse_policy,
+    plugin_source,
     policy_maker,
     policy_usage,
     reads_sla,
@@ -41,6 +43,7 @@ __all__ = [
     "dspark_lengths",
     "global_capacity",
     "parse_policy",
+    "plugin_source",
     "policy_maker",
     "policy_traits",
     "policy_usage",

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
+from dsim.policies.plugin import DEFAULT_CALL_LIMIT_S, TRACEBACK_ENV, set_call_limit
 from dsim.policies.registry import parse_policy, policy_usage
+
+# The time limit of one call into a plug-in policy, for every command that runs policies.
+PLUGIN_TIMEOUT = typer.Option(
+    DEFAULT_CALL_LIMIT_S,
+    "--plugin-timeout",
+    help="Seconds one call into a plug-in policy may take before the run stops with an error "
+    f"(0: no limit). A failing plug-in is one line; {TRACEBACK_ENV}=1 adds its traceback.",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,18 +33,27 @@ def check_policy(
         int, typer.Option(help="Toy sequences per chi-square test (0 skips the test).")
     ] = 24000,
     seed: Annotated[int, typer.Option(help="Seed of the instances and of the toy decoding.")] = 0,
+    plugin_timeout: float = PLUGIN_TIMEOUT,
 ) -> None:
     """Check that a verification policy is lossless: the property on random instances, then a
     chi-square test of its decoded output on a toy vocabulary. Exit code 0: pass; 1: fail
-    (with the smallest counterexample found); 2: the policy cannot be loaded."""
+    (with the smallest counterexample found); 2: the policy cannot be loaded, fails or hangs,
+    or there is nothing to check."""
     from dsim.errors import InputError
     from dsim.policies.check import (
+        BATCH,
         MAX_GAMMA,
         MAX_REQUESTS,
         SLA_FACTORS,
         check_outcome,
         check_property,
     )
+
+    set_call_limit(plugin_timeout)
+    if trials == 0 and sequences == 0:
+        raise InputError(None, None, "--trials 0 --sequences 0 checks nothing: give either")
+    if 0 < sequences < BATCH:
+        raise InputError(None, None, f"--sequences: 0 (no test) or at least {BATCH}")
 
     def make(sla):
         return parse_policy(spec, sla)

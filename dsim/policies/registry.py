@@ -82,16 +82,26 @@ def policy_usage() -> str:
 
 
 def policy_maker(spec: str, sla_tps: float | None = None) -> Callable[[], Policy]:
-    """Read `spec` once (a plug-in's module is imported here) into a maker of fresh policy
-    objects, one per replica (policies may keep per-run state); a bad spec fails now."""
+    """Read `spec` once (a plug-in's module is imported here, once per process) into a maker
+    of fresh policy objects, one per replica (policies may keep per-run state); a bad spec
+    fails now."""
     kind, arg = name_arg(spec)
     entry = _BY_KIND.get(kind)
     if entry is not None and entry.build(spec, arg, sla_tps) is not None:
         return lambda: entry.build(spec, arg, sla_tps)
-    target, _, cls = spec.rpartition(":")
-    if target and cls.isidentifier() and not (entry and entry.claims):
+    if plugin_source(spec) is not None:
         return plugin_maker(spec, sla_tps)
     raise InputError(None, None, f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+def plugin_source(spec: str) -> str | None:
+    """The module or FILE.py a plug-in spec imports; None for a built-in or no policy at all."""
+    kind, arg = name_arg(spec)
+    entry = _BY_KIND.get(kind)
+    if entry is not None and entry.build(spec, arg, None) is not None:
+        return None
+    target, _, cls = spec.rpartition(":")
+    return target if target and cls.isidentifier() and not (entry and entry.claims) else None
 
 
 def parse_policy(spec: str, sla_tps: float | None = None) -> Policy:

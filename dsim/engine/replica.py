@@ -40,6 +40,7 @@ from dsim.engine.clock import Clock, ProfileClock, WallClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.engine.kv_blocks import KvBlocks, total
 from dsim.engine.records import Records
+from dsim.engine.round_kernels import commit_round
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel, StepRate
@@ -113,6 +114,8 @@ class Replica:
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
+        self._emit = np.zeros(cfg.max_seqs, np.int64)  # a round's tokens per row (commit's)
+        self._no_stop = np.zeros(cfg.max_seqs, bool)  # stop flags of a backend that has none
         self.kv = KvBlocks(cfg.kv_tokens, cfg.block_size)
         self.rounds = 0  # decode rounds run so far
         self._set_running(0)
@@ -183,7 +186,7 @@ class Replica:
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens (ctx + lookahead, with `pad`
         carrying the ceiling); preempt the most recently admitted request until it fits."""
-        while self.running and not self.kv.reserve_rows(self.kv_end - self.left):
+        while self.running and not self.kv.reserve_rows(self.kv_end, self.left):
             victim = int(np.argmax(self.batch[:, ORDER]))
             i = int(self.ids[victim])
             self.rec.preemptions[i] += 1
@@ -235,6 +238,7 @@ class Replica:
         self.batch = b = self.rows[:n]
         self.ids, self.kv_end = b[:, ID], b[:, KV_END]
         self.left, self.verified = b[:, LEFT], b[:, VERIFIED]
+        self.emit, self.no_stop = self._emit[:n], self._no_stop[:n]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -323,21 +327,21 @@ class Replica:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
         to an end-of-sequence token, flagged in `stop`), `accepted` the drafts among them; the
         output cap cuts them here."""
-        b, left = self.batch, self.left
-        emit = np.minimum(emitted, left)
-        if stop is not None:  # an end-of-sequence token ends the request with this round
-            cut = left[stop] - emit[stop]
-            self.work -= total(cut)
-            left[stop] = emit[stop]
-            self.kv_end[stop] -= cut  # its context stays as it was
-        emitted_now = total(emit)
-        self.work -= emitted_now
-        self.batch_ctx += emitted_now
-        left -= emit  # and the context grows by emit
-        self.verified += lengths
+        b, left, emit = self.batch, self.left, self.emit
+        emitted_now, cut, done = commit_round(
+            lengths,
+            emitted,
+            self.no_stop if stop is None else stop,
+            left,
+            self.kv_end,
+            self.verified,
+            emit,
+        )
+        self.work -= emitted_now + cut
+        self.batch_ctx += emitted_now  # the context grows by emit
         self.rounds += 1
-        if np.count_nonzero(left) < len(left):
-            done = left == 0
+        if done:
+            done = left == 0  # the count of rows done becomes their mask
             b[done, ACCEPTED] += accepted[done] + 1 - emit[done]  # what the cap or EOS cut
             ids = b[done, ID]
             self.rec.finish[ids] = end

@@ -9,7 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsim.engine.round_kernels import commit_round, row_blocks, simulated_verify
+from dsim.engine.round_kernels import (
+    ACCEPTED,
+    ID,
+    KV_END,
+    LEFT,
+    ORDER,
+    ROUNDS,
+    VERIFIED,
+    commit_round,
+    leave_rows,
+    row_blocks,
+    simulated_verify,
+)
 from dsim.policies.candidate_kernels import candidates, gain_curve, to_lengths
 
 # Confidences drawn from a few values so that survivals tie often; 0 and NaN are dropped.
@@ -76,29 +88,58 @@ def test_simulated_verify_accepts_the_shorter_of_truth_and_length(pairs):
 @settings(max_examples=200)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 7), st.integers(1, 8), st.integers(1, 20), st.booleans()),
+        st.tuples(
+            st.integers(0, 7), st.integers(0, 7), st.integers(1, 20), st.booleans(), st.integers()
+        ),
         min_size=1,
         max_size=12,
     ),
     st.booleans(),
 )
 def test_commit_round_caps_cuts_and_counts_as_the_plain_definition(rows, with_stop):
-    lengths, emitted, left, stop = (np.array(c) for c in zip(*rows, strict=True))
-    lengths, emitted, left = (x.astype(np.int64) for x in (lengths, emitted, left))
+    lengths, accepted, left, stop, acc = (np.array(c) for c in zip(*rows, strict=True))
+    lengths, accepted, left = (x.astype(np.int64) for x in (lengths, accepted, left))
+    acc = acc % 1000
+    emitted = accepted + 1
     stop = stop if with_stop else np.zeros(len(rows), bool)
-    matrix = np.zeros((len(rows), 3), np.int64)  # strided column views, as the engine's
-    matrix[:, 0], matrix[:, 1] = left, 1000
-    kv_left, kv_end, verified = matrix[:, 0], matrix[:, 1], matrix[:, 2]
-    emit_out = np.empty(len(rows), np.int64)
-    got = commit_round(lengths, emitted, stop, kv_left, kv_end, verified, emit_out)
+    b = np.zeros((len(rows), 7), np.int64)
+    b[:, LEFT], b[:, KV_END], b[:, ACCEPTED], b[:, ID] = left, 1000, acc, np.arange(len(rows))
+    before = b.copy()
+    got = commit_round(lengths, emitted, accepted, stop, b)
     emit = np.minimum(emitted, left)
     cut = np.where(stop, left - emit, 0)
     after = np.where(stop, 0, left - emit)
     assert got == (emit.sum(), cut.sum(), np.count_nonzero(after == 0))
-    np.testing.assert_array_equal(emit_out, emit)
-    np.testing.assert_array_equal(kv_left, after)
-    np.testing.assert_array_equal(kv_end, 1000 - cut)
-    np.testing.assert_array_equal(verified, lengths)
+    np.testing.assert_array_equal(b[:, LEFT], after)
+    np.testing.assert_array_equal(b[:, KV_END], 1000 - cut)
+    np.testing.assert_array_equal(b[:, VERIFIED], lengths)
+    np.testing.assert_array_equal(b[:, ACCEPTED], acc + np.where(after == 0, emitted - emit, 0))
+    untouched = [ID, ORDER, ROUNDS]
+    np.testing.assert_array_equal(b[:, untouched], before[:, untouched])
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=12), st.integers(0, 50))
+def test_leave_rows_saves_the_decoded_counters_and_keeps_the_rest_in_order(leaving, rounds):
+    r, n, pad = len(leaving), 40, 9
+    rng = np.random.default_rng(r * 100 + rounds)
+    b = rng.integers(0, 100, size=(r, 7))
+    b[:, ID] = rng.choice(n, size=r, replace=False)
+    prompt = rng.integers(1, 50, size=n)
+    context = prompt[b[:, ID]] + rng.integers(0, 30, size=r)
+    b[:, KV_END] = context + pad + b[:, LEFT]
+    before, mask = b.copy(), np.array(leaving)
+    counters, generated = np.zeros((n, 3), np.int64), np.zeros(n, np.int64)
+    ids = np.full(r, -1, np.int64)
+    gone, total = leave_rows(b, mask, pad, rounds, prompt, counters, generated, ids)
+    assert gone == mask.sum() and total == context[mask].sum()
+    np.testing.assert_array_equal(ids[:gone], before[mask, ID])
+    np.testing.assert_array_equal(b[: r - gone], before[~mask])
+    left = before[mask]
+    out = counters[left[:, ID]]
+    np.testing.assert_array_equal(out[:, 0], left[:, ROUNDS] + rounds)
+    np.testing.assert_array_equal(out[:, 1], left[:, VERIFIED])
+    np.testing.assert_array_equal(out[:, 2], left[:, ACCEPTED] + context[mask] - out[:, 0])
+    np.testing.assert_array_equal(generated[left[:, ID]], context[mask] - prompt[left[:, ID]])
 
 
 @given(

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_sim import HERE, TRACE, checkout
+from bench_sim import HERE, TRACE, checkout, pinned
 
 WINDOWS = ("0:60", "0:180")
 
@@ -27,7 +27,8 @@ def steps(policy: str, window: str) -> None:
     """The child: one run, its step count on stdout."""
     from dsim.run import RunSpec, simulate
 
-    print(json.dumps(simulate(RunSpec(trace=TRACE, policy=policy, window=window)).summary["steps"]))
+    result = simulate(RunSpec(trace=TRACE, policy=policy, window=window, **pinned()))
+    print(json.dumps(result.summary["steps"]))
 
 
 def counted(checkout_dir: Path, policy: str, window: str) -> tuple[int, int]:

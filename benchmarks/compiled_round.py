@@ -7,9 +7,8 @@ draws made two ways: by numba from the Generator, and by numpy (two calls) befor
 variant's true prefixes are checked against numpy's on the same seed (same stream, same
 results), then each is timed over 50,000 rounds, three times.
 
-Needs numba, which is not a dependency of dsim: `python -m venv /tmp/nvenv &&
-/tmp/nvenv/bin/pip install numpy==2.4.6 scipy numba`, then
-`/tmp/nvenv/bin/python benchmarks/compiled_round.py [R]` (no dsim import).
+The sizing study behind the engine's compiled round (`dsim/engine/round_kernels.py`); it
+imports no dsim. Run: `.venv/bin/python benchmarks/compiled_round.py [R]`.
 """
 
 from __future__ import annotations

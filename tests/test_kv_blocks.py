@@ -40,7 +40,8 @@ def test_books_balance_under_any_sequence(kv_tokens, block_size, ops):
             want = [t + (n * (k + 1)) % (3 * block_size) for k, t in enumerate(tokens)]
             need = np.array(want, np.int64) // block_size
             grow = int(np.maximum(need, kv.rows).sum()) - kv.rows_total
-            ok = kv.reserve_rows(np.maximum(np.array(want), kv.rows * block_size))
+            padded = np.maximum(np.array(want), kv.rows * block_size)
+            ok = kv.reserve_rows(padded, np.zeros_like(padded))
             assert ok == (before[0] + grow <= kv.capacity)
             if ok:
                 tokens = [max(w, t) for w, t in zip(want, tokens, strict=True)]
@@ -71,6 +72,7 @@ def test_reserve_rows_floors_padded_tokens_and_never_shrinks_a_row(padded, block
     kv = KvBlocks(10**9, block_size)
     for _ in padded:
         kv.join_row(0)
-    assert kv.reserve_rows(np.array(padded, np.int64))
+    ends = np.array(padded, np.int64) + 7
+    assert kv.reserve_rows(ends, np.full_like(ends, 7))
     np.testing.assert_array_equal(kv.rows, np.array(padded) // block_size)
     assert kv.used == kv.rows_total == sum(p // block_size for p in padded)

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
-from dsim.acceptance.prefix import PrefixCounter
+from dsim.acceptance.prefix import leading_accepted
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ class ParametricAcceptance:
     _dom: np.ndarray = field(init=False, repr=False)
     _z: np.ndarray = field(init=False, repr=False)
     _noise: np.ndarray = field(init=False, repr=False)
-    _prefix: PrefixCounter = field(init=False, repr=False, default_factory=PrefixCounter)
 
     def __post_init__(self) -> None:
         self._base = np.array(
@@ -97,7 +96,7 @@ class ParametricAcceptance:
                 self._noise[idx] = noise
             z += noise
         p = expit(z)
-        accepted = self._prefix(rng.random(z.shape), p)
+        accepted = leading_accepted(rng.random(z.shape), p)
         conf = p if self.overconf == 1.0 else expit(self.overconf * z)
         return conf, accepted
 

@@ -33,14 +33,16 @@ class LeastLoaded:
     still to emit)."""
 
     def pick(self, replicas: Sequence[Replica]) -> int:
-        return min(range(len(replicas)), key=lambda k: replicas[k].work)
+        work = [r.work for r in replicas]
+        return work.index(min(work))  # the first of the least loaded
 
 
 class KvAware:
     """Most free KV pages (blocks); queued requests hold none yet."""
 
     def pick(self, replicas: Sequence[Replica]) -> int:
-        return min(range(len(replicas)), key=lambda k: -replicas[k].free_blocks)
+        free = [r.free_blocks for r in replicas]
+        return free.index(max(free))  # the first of those with the most
 
 
 ROUTERS = {"round-robin": RoundRobin, "least-loaded": LeastLoaded, "kv-aware": KvAware}

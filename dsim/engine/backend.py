@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from dsim.acceptance.sources import AcceptanceSource
+from dsim.engine.round_kernels import simulated_verify
 
 
 class Backend(Protocol):
@@ -56,8 +57,8 @@ class Simulated:
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, None]:
-        accepted = np.minimum(truth, lengths)
-        return accepted + 1, accepted, None
+        emitted, accepted = simulated_verify(truth, lengths)
+        return emitted, accepted, None
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> None:
         return None

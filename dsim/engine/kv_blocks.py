@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsim.engine.round_kernels import row_blocks
+
 SHORT = 100  # below this many rows, summing a Python list beats a numpy reduction's overhead
 
 
@@ -30,10 +32,9 @@ class KvBlocks:
     def __init__(self, kv_tokens: int, block_size: int) -> None:
         self.capacity = kv_tokens // block_size
         self.block_size = block_size
-        # ceil-free division by a power of two is a shift (the usual 16-token pages)
-        self.shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else None
         self.used = 0
         self.rows = np.zeros(0, np.int64)  # shape [running]: blocks each batch row holds
+        self._need = np.zeros(0, np.int64)  # shape [running]: a round's need, before it fits
         self.rows_total = 0
 
     @property
@@ -52,21 +53,21 @@ class KvBlocks:
         self.used += blocks
         return True
 
-    def reserve_rows(self, padded_tokens: np.ndarray) -> bool:
-        """Grow the batch rows to floor(padded_tokens / block_size) blocks each (a round's
-        need; `padded_tokens` carries the ceiling's block_size - 1). False, with nothing
-        changed, when the growth does not fit: the caller preempts a row and asks again."""
-        need = padded_tokens  # shape [running]; a fresh array the caller gives up
-        if self.shift is None:
-            need //= self.block_size
-        else:
-            need >>= self.shift
-        grow = total(need) - self.rows_total
+    def reserve_rows(self, ends: np.ndarray, left: np.ndarray) -> bool:
+        """Grow the batch rows to floor((ends - left) / block_size) blocks each (a round's
+        need in padded tokens, carrying the ceiling's block_size - 1; ends, left: [running]).
+        False, with nothing changed, when the growth does not fit: the caller preempts a row
+        and asks again."""
+        need = self._need
+        if len(need) != len(ends):
+            need = np.empty(len(ends), np.int64)
+        grow = row_blocks(ends, left, self.block_size, need) - self.rows_total
         if grow == 0:
             return True
         if self.used + grow > self.capacity:
+            self._need = need
             return False
-        self.rows = need
+        self.rows, self._need = need, self.rows  # the old rows' buffer is the next scratch
         self.used += grow
         self.rows_total += grow
         return True

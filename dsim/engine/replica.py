@@ -40,21 +40,13 @@ from dsim.engine.clock import Clock, ProfileClock, WallClock, delay_to
 from dsim.engine.config import DraftCost, EngineConfig
 from dsim.engine.kv_blocks import KvBlocks, total
 from dsim.engine.records import Records
+from dsim.engine.round_kernels import ID, KV_END, LEFT, ORDER, VERIFIED, commit_round, leave_rows
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel, StepPrice, StepRate
 from dsim.policies.protocol import Policy, policy_traits
 from dsim.workload import Workload
 
-# Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
-# - KV_END: the request's context when it ends plus `Replica.pad`, so its context is
-#   KV_END - pad - LEFT and the KV blocks its next round needs (KV_END - LEFT) // block_size;
-# - ROUNDS: the request's rounds minus the replica's (`Replica.rounds`);
-# - ACCEPTED: accepted drafts minus context plus rounds (a round that emits e tokens accepts
-#   e - 1 drafts; the output cap cuts only a request's last round, added back as it leaves).
-# `_counters` decodes ROUNDS and ACCEPTED.
-ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
-COUNTERS = (ROUNDS, VERIFIED, ACCEPTED)
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
 PROGRESS_EVERY = 2000  # steps between progress reports
 
@@ -120,6 +112,8 @@ class Replica:
         self.work = 0
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
+        self._no_stop = np.zeros(cfg.max_seqs, bool)  # stop flags of a backend that has none
+        self._gone = np.zeros(cfg.max_seqs, np.int64)  # requests leaving the batch (leave_rows)
         self.kv = KvBlocks(cfg.kv_tokens, cfg.block_size)
         self.rounds = 0  # decode rounds run so far
         self._set_running(0)
@@ -191,7 +185,7 @@ class Replica:
     def _reserve_decode_blocks(self) -> None:
         """Grow the batch's KV to hold this round's verify tokens (ctx + lookahead, with `pad`
         carrying the ceiling); preempt the most recently admitted request until it fits."""
-        while self.running and not self.kv.reserve_rows(self.kv_end - self.left):
+        while self.running and not self.kv.reserve_rows(self.kv_end, self.left):
             victim = int(np.argmax(self.batch[:, ORDER]))
             i = int(self.ids[victim])
             self.rec.preemptions[i] += 1
@@ -199,25 +193,26 @@ class Replica:
             self._leave(np.arange(self.running) == victim)
             self.work += self._context(i)  # its KV is gone: the whole context is prefilled again
 
-    def _leave(self, rows: np.ndarray) -> None:
-        """Rows (a boolean mask) leave the batch: free their KV, save their counters."""
-        b = self.batch
-        gone = b[rows]
-        ids = gone[:, ID]
-        context = gone[:, KV_END] - gone[:, LEFT] - self.pad
-        self.rec.counters[ids] = self._counters(gone, context)
-        self.rec.generated[ids] = context - self.w.prompt_tokens[ids]
+    def _leave(self, rows: np.ndarray) -> np.ndarray:
+        """Rows (a boolean mask) leave the batch: free their KV, save their counters. Returns
+        the requests that left (a view of a buffer the next leave rewrites)."""
+        rec = self.rec
+        gone, context = leave_rows(
+            self.batch,
+            rows,
+            self.pad,
+            self.rounds,
+            self.w.prompt_tokens,
+            rec.counters,
+            rec.generated,
+            self._gone,
+        )
+        ids = self._gone[:gone]
         self.kv.free_rows(rows)
-        self.batch_ctx -= total(context)
-        self.rows[: len(self.kv.rows)] = b[~rows]
-        self._set_running(len(self.kv.rows))
+        self.batch_ctx -= context
+        self._set_running(self.running - gone)
         self.backend.released(ids)
-
-    def _counters(self, rows: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Rounds, verified and accepted drafts of batch rows of these contexts (see COUNTERS)."""
-        out = rows[:, COUNTERS] + [self.rounds, 0, 0]
-        out[:, 2] += context - out[:, 0]
-        return out
+        return ids
 
     def _join(self, i: int, blocks: int, order: int) -> None:
         """Request i, prefilled, joins the batch with its saved counters."""
@@ -243,6 +238,7 @@ class Replica:
         self.batch = b = self.rows[:n]
         self.ids, self.kv_end = b[:, ID], b[:, KV_END]
         self.left, self.verified = b[:, LEFT], b[:, VERIFIED]
+        self.no_stop = self._no_stop[:n]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -349,27 +345,16 @@ class Replica:
         """`emitted`: tokens the backend emitted (accepted drafts + one of the target's, or up
         to an end-of-sequence token, flagged in `stop`), `accepted` the drafts among them; the
         output cap cuts them here."""
-        b, left = self.batch, self.left
-        emit = np.minimum(emitted, left)
-        if stop is not None:  # an end-of-sequence token ends the request with this round
-            cut = left[stop] - emit[stop]
-            self.work -= total(cut)
-            left[stop] = emit[stop]
-            self.kv_end[stop] -= cut  # its context stays as it was
-        emitted_now = total(emit)
-        self.work -= emitted_now
-        self.batch_ctx += emitted_now
-        left -= emit  # and the context grows by emit
-        self.verified += lengths
+        no_stop = self.no_stop if stop is None else stop
+        emitted_now, cut, done = commit_round(lengths, emitted, accepted, no_stop, self.batch)
+        self.work -= emitted_now + cut
+        self.batch_ctx += emitted_now  # the context grows by what the rows emitted
         self.rounds += 1
-        if np.count_nonzero(left) < len(left):
-            done = left == 0
-            b[done, ACCEPTED] += accepted[done] + 1 - emit[done]  # what the cap or EOS cut
-            ids = b[done, ID]
+        if done:
+            ids = self._leave(self.left == 0)
             self.rec.finish[ids] = end
             self.rec.replica[ids] = self.index
             self.rec.count_finished(len(ids), end)
-            self._leave(done)
 
     def _commit_prefill(
         self, takes: list[int], completing: list[list[int]], stop: np.ndarray | None, end: float

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsim.policies.candidate_kernels import candidates, gain_curve, to_lengths
 from dsim.policies.protocol import SPS, ragged_penalty, sps_span, uniform_at
+
+__all__ = [
+    "candidates",
+    "dspark_lengths",
+    "global_capacity",
+    "sla_stop",
+    "throughput",
+    "to_lengths",
+]
 
 
 def _first(mask: np.ndarray, default: int) -> int:
-    """Index of the first True of a 1-D mask, else `default`: one argmax, cheaper than
-    `np.flatnonzero` or `np.diff`'s Python wrappers at a round's few dozen candidates."""
+    """Index of the first True of a 1-D mask, else `default` (the uniform-level choice's few
+    gamma + 1 levels: one argmax)."""
     if len(mask):
         i = int(mask.argmax())
         if mask[i]:
@@ -22,40 +32,20 @@ def _first(mask: np.ndarray, default: int) -> int:
     return default
 
 
-def candidates(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates (r, j) with prefix survival a[r, j] > 0, ordered by survival, descending.
-
-    Ties go by flat index (r, then j), so on exact ties (confidence 1.0) j comes before j + 1,
-    every prefix of the order is a valid schedule, and the place of (r, j) in the order depends
-    only on the candidates ahead of it, never on r's later confidences. The fast unstable sort
-    is kept when the positive survivals have no ties (the usual case); otherwise a stable one.
-    """
-    a = conf.cumprod(axis=1).ravel()
-    keep = None if len(a) and a.min() > 0 else np.flatnonzero(a > 0)  # NaN: filtered too
-    kept = a if keep is None else a[keep]  # usually every candidate (confidences > 0)
-    order = (-kept).argsort()
-    survival = kept[order]
-    if _first(survival[1:] == survival[:-1], -1) >= 0:  # a tie
-        order = np.argsort(-kept, kind="stable")
-        survival = kept[order]
-    if keep is not None:
-        order = keep[order]
-    return order // conf.shape[1], survival
+def _gains(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """SPS and expected tokens per second after admitting the first k candidates, and the
+    first admission that does not gain."""
+    speed = sps_span(sps, r, r + len(survival) + 1)
+    theta = np.empty(len(survival) + 1)
+    if len(speed) != len(theta):  # the compiled loop does not check its bounds
+        raise ValueError(f"SPS gave {len(speed)} values for {len(theta)} batch sizes")
+    return speed, theta, gain_curve(survival, r, speed, theta)
 
 
 def throughput(sps: SPS, r: int, survival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Round rate SPS and expected tokens per second after admitting the first k candidates."""
-    tau = np.empty(len(survival) + 1)
-    tau[0] = 0.0
-    survival.cumsum(out=tau[1:])
-    tau += r
-    speed = sps_span(sps, r, r + len(survival) + 1)
-    return speed, tau * speed
-
-
-def to_lengths(rows: np.ndarray, r: int) -> np.ndarray:
-    """The R verify lengths of a schedule: how many admitted candidates each request has."""
-    return np.bincount(rows, minlength=r).astype(np.int64, copy=False)
+    speed, theta, _ = _gains(sps, r, survival)
+    return speed, theta
 
 
 def sla_stop(
@@ -126,8 +116,7 @@ def dspark_lengths(conf: np.ndarray, sps: SPS, sla_tps: float | None = None) -> 
     if ragged_penalty(sps) and uniform_forecast(conf, sps):
         return np.full(r, uniform_level(conf, sps, sla_tps), dtype=np.int64)
     rows, survival = candidates(conf)
-    speed, theta = throughput(sps, r, survival)
-    k = _first(theta[1:] <= theta[:-1], len(survival))  # the first admission that does not gain
+    speed, _, k = _gains(sps, r, survival)  # k: the first admission that does not gain
     return to_lengths(rows[: sla_stop(rows, survival, r, k, speed, sla_tps)], r)
 
 

@@ -278,6 +278,10 @@ def serve_triple(
     bench.log(f"checking the machine after {load} seed {seed}")
     after = measure_check(bench, raw, folder / "check")
     drift = TripleDrift(load, seed, attempt, priced.pass_factor, checks[1], after)
+    bench.log(
+        f"{load} seed {seed}: drift {drift.change:+.1%} on the wall clock, "
+        f"{drift.cpu_change:+.1%} on the CPU clock (check {checks[1].wall:.4f} -> {after.wall:.4f})"
+    )
     return (rows, runs, parts), drift
 
 

@@ -22,6 +22,7 @@ from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
 from dsim.run import RunSpec
+from dsim.validation.drift import Check, TripleDrift, triple_calibration, verdict
 from dsim.validation.figures import (
     METRICS,
     attribution,
@@ -39,8 +40,9 @@ from dsim.validation.plan import (
     split_rows,
     trace_half,
 )
+from dsim.validation.report import _drift as report_drift
 from dsim.validation.settings import Settings
-from dsim.validation.step_check import EngineCalibration
+from dsim.validation.step_check import EngineCalibration, PassClocks
 from dsim.validation.study import validate
 
 
@@ -286,7 +288,52 @@ def test_engine_calibration_fit_recovers_the_overhead_terms():
     assert charged == pytest.approx(first["wall_s"] - first["model_s"])
 
 
+class SteppingClocks:
+    """A fake timing source for the passes: each reading of the wall clock advances it by
+    1 ms x `scale`, of the CPU clock by 0.5 ms, so every timed pass lasts exactly that."""
+
+    def __init__(self) -> None:
+        self.wall_t = self.cpu_t = 0.0
+        self.scale = 1.0
+
+    def wall(self) -> float:
+        self.wall_t += 1e-3 * self.scale
+        return self.wall_t
+
+    def cpu(self) -> float:
+        self.cpu_t += 5e-4
+        return self.cpu_t
+
+
+def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
+    def check(wall: float) -> Check:
+        return Check("x", "t", wall, wall / 2, 1.0)
+
+    drifted = TripleDrift("light", 0, 1, 1.1, check(1.0), check(1.2))
+    assert drifted.change == pytest.approx(0.2) and drifted.cpu_change == pytest.approx(0.2)
+    assert not drifted.within and not drifted.settled()
+    again = TripleDrift("light", 0, 2, 1.32, check(1.2), check(0.9))
+    assert again.settled() and not again.within  # out of re-runs: kept, drifted
+    fine = TripleDrift("light", 1, 1, 0.99, check(0.9), check(0.95))
+    assert fine.within and fine.settled()
+    v = verdict([drifted.record(kept=False), again.record(kept=True), fine.record(kept=True)])
+    assert not v["valid"] and v["reruns"] == 1 and v["check_wall_range"] == [0.9, 1.2]
+    text = "\n".join(report_drift(v))
+    assert "**beyond**" in text and "(light seed 0)" in text and "1 triple re-run" in text
+    assert text.count("| light | 0 |") == 2 and "| re-run, drifted |" in text
+    assert "| kept, drifted |" in text and "| kept |" in text
+    ok = verdict([fine.record(kept=True)])
+    assert ok["valid"] and "every triple within the 10% tolerance" in "\n".join(report_drift(ok))
+    cal = EngineCalibration(1.05, 0.002, 0.0005, 0.0001, ())
+    moved = triple_calibration(cal, check(1.2), check(0.9))
+    assert moved.pass_factor == pytest.approx(1.05 * 0.9 / 1.2)
+    assert moved.per_step_s == cal.per_step_s and moved.per_token_s == cal.per_token_s
+
+
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
+    """The whole study, its passes timed by a fake clock that slows to half speed right after
+    the first triple: that triple drifts +100% and is re-run (priced by the check that caught
+    the drift), every other triple is within the tolerance."""
     ckpt, prompts, trace = inputs
     settings = Settings(
         ckpt,
@@ -303,7 +350,14 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     )
     out = tmp_path / "validation"
     lines: list[str] = []
-    results = validate(settings, out, log=lines.append)
+    fake = SteppingClocks()
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if line == "checking the machine after light seed 0":
+            fake.scale = 2.0
+
+    results = validate(settings, out, log=log, clocks=PassClocks(fake.wall, fake.cpu))
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved) == {"mtp1", "dspark"} and saved == json.loads(json.dumps(results))
     for policy in saved.values():
@@ -327,7 +381,7 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert len(diagnostics["runs"]) == 2 * 2 * 2
     assert all(0 < r["real_busy"] <= 1 for r in diagnostics["runs"])
     for r in diagnostics["runs"]:  # each real run's priced steps add up to its check
-        folder = out / "runs" / r["load"] / f"s{r['seed']}" / f"{r['policy']}-real"
+        folder = out / r["folder"] / f"{r['policy']}-real"
         steps = pd.read_csv(folder / "steps.csv")
         assert len(steps) == r["step_model"]["all_steps"]
         assert steps["predicted_s"].sum() == pytest.approx(
@@ -337,7 +391,7 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
         assert (steps["batch_tokens"] >= steps["num_running"]).all()
     report = (out / "report.md").read_text()
     assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
-    assert sum(line.startswith("[") for line in lines) == 8  # a progress line per real run
+    assert sum(line.startswith("[") for line in lines) == 10  # a line per real run, re-run too
     profile = read_profile(out / "profile.csv")
     assert set(profile["phase"]) == {"verify", "prefill"}
     cal = json.loads((out / "calibration" / "engine.json").read_text())
@@ -351,13 +405,46 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert (out / "calibration" / "dspark-8-real" / "texts.jsonl").exists()
     assert all(json.loads(x)["id"] in {"p0", "p2", "p4"} for x in
                (out / "prompts-calibration.jsonl").read_text().splitlines())  # fmt: skip
-    end = json.loads((out / "calibration-end" / "engine.json").read_text())
-    drift = comp["machine_drift"]
-    assert drift["pass_factor_start"] == cal["pass_factor"]
-    assert drift["change"] == pytest.approx(end["pass_factor"] / cal["pass_factor"] - 1)
-    assert "Machine drift" in report
-    sim = json.loads((out / "runs" / "light" / "s0" / "mtp1-trace" / "summary.json").read_text())
-    assert sim["spec"]["profile"].endswith("profile-engine.csv")
+    assert_drift_checked_beside_every_triple(out, comp["machine_drift"], cal, diagnostics)
+
+
+def assert_drift_checked_beside_every_triple(out, drift, cal, diagnostics):
+    """The injected slow-down caught after light seed 0 and that triple re-run, each triple
+    priced with the factor of the check right before it, every attempt in the report."""
+    records = drift["triples"]
+    assert [(r["load"], r["seed"], r["attempt"], r["kept"]) for r in records] == [
+        ("light", 0, 1, False), ("light", 0, 2, True), ("light", 1, 1, True),
+        ("moderate", 0, 1, True), ("moderate", 1, 1, True),
+    ]  # fmt: skip
+    first = [t for t in cal["runs"] if t["requests"] == 2]  # the calibration's own check
+    assert records[0]["before"]["wall"] == pytest.approx(
+        sum(t["model_s"] for t in first) / sum(t["predicted_s"] for t in first)
+    )
+    assert records[0]["change"] == pytest.approx(1.0, abs=0.25)  # the wall clock slowed 2x
+    assert abs(records[0]["cpu_change"]) < 0.25 and not records[0]["within"]
+    for prev, r in zip(records, records[1:], strict=False):
+        assert r["before"] == prev["after"] and r["within"] and abs(r["change"]) <= 0.1
+    assert drift["valid"] and drift["reruns"] == 1
+    raw = read_profile(out / "profile.csv")
+    tokens = np.where(raw["phase"] == "verify", raw["batch_tokens"], 0)
+    extra = cal["per_step_s"] + cal["per_seq_s"] * raw["num_seqs"] + cal["per_token_s"] * tokens
+    for r in records:
+        k = cal["pass_factor"] * r["before"]["wall"] / records[0]["before"]["wall"]
+        assert r["pass_factor"] == pytest.approx(k)
+        folder = out / "runs" / r["load"] / f"s{r['seed']}{'-rerun' * (r['attempt'] - 1)}"
+        priced = read_profile(folder / "profile-engine.csv")  # the factor applied, its own
+        assert np.allclose(priced["latency_ms"], raw["latency_ms"] * k + 1e3 * extra, rtol=1e-5)
+        sim = json.loads((folder / "mtp1-trace" / "summary.json").read_text())
+        assert sim["spec"]["profile"] == str(folder / "profile-engine.csv")
+        assert (folder / "check" / "dspark-2-real" / "texts.jsonl").exists()
+    assert records[1]["pass_factor"] == pytest.approx(2 * records[0]["pass_factor"], rel=0.25)
+    kept = {(r["load"], r["seed"]): r["folder"] for r in diagnostics["runs"]}
+    assert kept[("light", 0)] == "runs/light/s0-rerun" and kept[("light", 1)] == "runs/light/s1"
+    report = (out / "report.md").read_text()
+    assert "every triple within the 10% tolerance; 1 triple re-run" in report
+    table = report.split("## Drift per triple")[1].split("\n\n")[1].splitlines()
+    assert len(table) == 2 + len(records) and "| light | 0 | 1 |" in table[2]
+    assert table[2].endswith("| re-run, drifted |") and table[3].endswith("| kept |")
 
 
 @pytest.mark.parametrize(

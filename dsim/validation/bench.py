@@ -1,5 +1,5 @@
 """The bench every phase of a validation works on: its settings, the loaded models, the
-output folder and the log."""
+output folder, the log and the clocks the model passes are timed by."""
 
 from __future__ import annotations
 
@@ -11,21 +11,24 @@ from typing import Any
 
 from dsim.hardware.latency import profile_metadata
 from dsim.validation.settings import Settings
+from dsim.validation.step_check import PassClocks, TimedBackend
 
 
 @dataclass(frozen=True)
 class Bench:
-    """One study's settings and loaded models, where it writes and how it logs."""
+    """One study's settings and loaded models, where it writes, how it logs and what times
+    its passes (tests inject a fake timing source)."""
 
     settings: Settings
     out: Path
     target: Any  # the loaded target (dsim.models.target)
     drafter: Any  # the loaded drafter
     log: Callable[[str], None]
+    clocks: PassClocks = field(default_factory=PassClocks)
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
-    def load(cls, s: Settings, out: Path, log: Callable[[str], None]) -> Bench:
+    def load(cls, s: Settings, out: Path, log: Callable[[str], None], clocks: PassClocks) -> Bench:
         """Load the models with the torch threads of the given profile, or 1 (real mode's) for
         the profile measured here."""
         import torch
@@ -36,4 +39,8 @@ class Bench:
         if threads:
             torch.set_num_threads(threads)
         target, drafter = load_models(s.target, s.drafter)
-        return cls(s, out, target, drafter, log)
+        return cls(s, out, target, drafter, log, clocks)
+
+    def backend(self, *args, **kwargs) -> TimedBackend:
+        """Real mode's backend for every real run of the study, its passes timed by `clocks`."""
+        return TimedBackend(*args, clocks=self.clocks, **kwargs)

@@ -1,6 +1,6 @@
 """The calibration bursts: short bursts of trace-half prompts served for real before the
-measured runs, to calibrate the profiles to the engine (`dsim.validation.step_check`), and
-again after them, to measure how far the machine drifted."""
+measured runs, to calibrate the profiles to the engine (`dsim.validation.step_check`); the
+smallest of them are re-served beside every measured triple (`dsim.validation.drift`)."""
 
 from __future__ import annotations
 
@@ -9,49 +9,60 @@ from pathlib import Path
 
 from dsim.fileio import write_json
 from dsim.models.data import Prompt, write_prompt_file
-from dsim.real.runner import run_real, write_real_run
+from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.run_spec import RunSpec
 from dsim.validation.bench import Bench
 from dsim.validation.plan import arrivals_spec
-from dsim.validation.step_check import EngineCalibration, TimedBackend
+from dsim.validation.step_check import EngineCalibration
 
 CALIBRATION_BURSTS = (2, 8)  # requests per burst (arriving together), each policy
 BURST_RATE = 1e3  # requests/s: a burst
+BURST_PROMPTS = "prompts-calibration.jsonl"
 ENGINE_PROFILE, ENGINE_DRAFT_PROFILE = "profile-engine.csv", "drafter-profile-engine.csv"
-DRIFT_TOL = 0.10  # a machine whose passes sped up or slowed down more than this mid-run
 
 
 def calibrate_engine(bench: Bench, spec: RunSpec, prompts: list[Prompt]) -> EngineCalibration:
     """Measure the engine on bursts (`burst_calibration`) and write the engine-calibrated
-    profiles the simulations and the rate rule use."""
+    profiles the rate rule uses."""
     bench.log(f"calibrating the engine: bursts of {CALIBRATION_BURSTS} requests per policy")
-    cal = burst_calibration(bench, spec, prompts, "calibration")
-    cal.apply(Path(spec.profile), bench.out / ENGINE_PROFILE, overhead=True)
-    cal.apply(Path(spec.draft_cost), bench.out / ENGINE_DRAFT_PROFILE, overhead=False)
+    write_prompt_file(bench.out / BURST_PROMPTS, prompts[: max(CALIBRATION_BURSTS)])
+    cal = burst_calibration(bench, spec, "calibration")
+    write_engine_profiles(cal, spec, bench.out)
     return cal
 
 
-def burst_calibration(
-    bench: Bench, spec: RunSpec, prompts: list[Prompt], folder: str
-) -> EngineCalibration:
+def write_engine_profiles(cal: EngineCalibration, spec: RunSpec, folder: Path) -> RunSpec:
+    """`cal` applied to the raw profiles of `spec`, written to `folder`: the spec that
+    simulates with them."""
+    target, draft = folder / ENGINE_PROFILE, folder / ENGINE_DRAFT_PROFILE
+    cal.apply(Path(spec.profile), target, overhead=True)
+    cal.apply(Path(spec.draft_cost), draft, overhead=False)
+    return replace(spec, profile=str(target), draft_cost=str(draft))
+
+
+def serve_bursts(bench: Bench, spec: RunSpec, n: int, folder: Path) -> list[RealRun]:
+    """A burst of the first n calibration prompts (arriving together) per policy, served for
+    real; each run written to folder/POLICY-n-real."""
+    s, runs = bench.settings, []
+    for policy in s.policies:
+        run = run_real(
+            replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
+            bench.target, bench.drafter, bench.out / BURST_PROMPTS, "wall", s.max_new_tokens,
+            make_backend=bench.backend,
+        )  # fmt: skip
+        write_real_run(run, folder / f"{policy.replace(':', '')}-{n}-real")
+        runs.append(run)
+    return runs
+
+
+def burst_calibration(bench: Bench, spec: RunSpec, folder: str) -> EngineCalibration:
     """Serve bursts of CALIBRATION_BURSTS trace-half prompts (never the measured runs'
     prompts) per policy for real and measure the pass factor and the engine overhead against
     the raw profiles of `spec`; runs and engine.json go to OUT/folder."""
-    s, out = bench.settings, bench.out
-    burst = out / "prompts-calibration.jsonl"
-    write_prompt_file(burst, prompts[: max(CALIBRATION_BURSTS)])
-    runs = []
-    for n in CALIBRATION_BURSTS:
-        for policy in s.policies:
-            run = run_real(
-                replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
-                bench.target, bench.drafter, burst, "wall", s.max_new_tokens,
-                make_backend=TimedBackend,
-            )  # fmt: skip
-            write_real_run(run, out / folder / f"{policy.replace(':', '')}-{n}-real")
-            runs.append(run)
+    where = bench.out / folder
+    runs = [run for n in CALIBRATION_BURSTS for run in serve_bursts(bench, spec, n, where)]
     cal = EngineCalibration.measure(runs, Path(spec.profile), Path(spec.draft_cost))
-    write_json(out / folder / "engine.json", asdict(cal))
+    write_json(where / "engine.json", asdict(cal))
     return cal
 
 
@@ -62,15 +73,6 @@ def describe(cal: EngineCalibration) -> str:
         f"{1e3 * cal.per_step_s:.2f} ms + {1e3 * cal.per_seq_s:.3f} ms x R + "
         f"{1e3 * cal.per_token_s:.4f} ms x V ({sum(r['steps'] for r in cal.runs)} steps of "
         f"bursts of {' and '.join(map(str, CALIBRATION_BURSTS))} requests per policy, "
-        f"trace-half prompts); simulated with {ENGINE_PROFILE} and {ENGINE_DRAFT_PROFILE}"
+        f"trace-half prompts); each triple simulated with k moved by its check burst "
+        f"(runs/LOAD/sSEED/{ENGINE_PROFILE}, {ENGINE_DRAFT_PROFILE})"
     )
-
-
-def drift(start: EngineCalibration, end: EngineCalibration) -> dict[str, float]:
-    """How far the model passes moved between the bursts before and after the runs."""
-    return {
-        "pass_factor_start": start.pass_factor,
-        "pass_factor_end": end.pass_factor,
-        "change": end.pass_factor / start.pass_factor - 1,
-        "tolerance": DRIFT_TOL,
-    }

@@ -22,7 +22,6 @@ from dsim.validation.bench import Bench
 from dsim.validation.figures import METRICS
 from dsim.validation.step_check import (
     EngineCalibration,
-    TimedBackend,
     priced_steps,
     run_totals,
     step_model_check,
@@ -69,7 +68,7 @@ def one_run(
     load_before, start_utc, t0 = os.getloadavg(), utc(), time.perf_counter()
     run = run_real(
         spec, bench.target, bench.drafter, prompts, "wall", s.max_new_tokens,
-        make_backend=TimedBackend,
+        make_backend=bench.backend,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost))
@@ -90,6 +89,8 @@ def one_run(
         "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg()),
         "real_busy": measured["real"]["busy_fraction"],
+        "passes_wall_s": run.backend.model_s,
+        "passes_cpu_s": run.backend.model_cpu_s,
         "step_model": check,
     }
     return info, measured, _parts(run, measured, check, cal)

@@ -21,6 +21,7 @@ model's fixed term carries it); every drafter profile row k x latency.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,30 @@ class _TimedDrafter:
         return self._backend.timed(self._inner.draft, *args, **kwargs)
 
 
+@dataclass(frozen=True)
+class PassClocks:
+    """The two clocks the model passes are timed by. Wall time (`perf_counter`) sees
+    everything a real step pays, other processes' preemption included: it is what real mode's
+    steps and so the validation are judged by. The thread's CPU time (`thread_time`, 1 torch
+    thread: the passes run on the calling thread) counts only the time the thread ran, so it
+    leaves out preemption by other processes and any wait, but it still sees a core that runs
+    slower while the thread is on it (frequency, other processes' pressure on the shared
+    caches and memory bandwidth). Wall / CPU well above 1 says the machine was busy; a pass
+    factor that moves on both clocks says the core itself got slower."""
+
+    wall: Callable[[], float] = time.perf_counter
+    cpu: Callable[[], float] = time.thread_time
+
+
 class TimedBackend(RealBackend):
     """The real backend, timing its model passes (drafter draft, target forward, LM head and
-    softmax): the rest of a wall-clock step is the engine's and backend's own overhead."""
+    softmax) on both `PassClocks`: the rest of a wall-clock step is the engine's and backend's
+    own overhead."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, clocks: PassClocks = PassClocks(), **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.model_s = 0.0
+        self.clocks = clocks
+        self.model_s = self.model_cpu_s = 0.0
         forward, probs = self.passes.forward, self.passes.probs
         self.passes.forward = lambda *a, **k: self.timed(forward, *a, **k)
         self.passes.probs = lambda *a, **k: self.timed(probs, *a, **k)
@@ -64,11 +82,12 @@ class TimedBackend(RealBackend):
             self.drafter = _TimedDrafter(self.drafter, self)
 
     def timed(self, fn, *args, **kwargs):
-        start = time.perf_counter()
+        wall, cpu = self.clocks.wall(), self.clocks.cpu()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.model_s += time.perf_counter() - start
+            self.model_cpu_s += self.clocks.cpu() - cpu
+            self.model_s += self.clocks.wall() - wall
 
 
 def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFrame:
@@ -131,16 +150,29 @@ def step_model_check(priced: pd.DataFrame) -> dict[str, float]:
 
 
 def run_totals(run: RealRun, predicted_s: float) -> dict[str, float]:
-    """One real run's step totals: steps, sum R, sum V, W, M and P (the profiles' prediction)."""
+    """One real run's step totals: its requests, steps, sum R, sum V, W, M (wall, and on the
+    thread's CPU clock) and P (the profiles' prediction)."""
     steps = run.result.steps
     return {
+        "requests": len(run.result.requests),
         "steps": len(steps.latency_s),
         "seqs": float(steps.num_running.sum()),
         "verify_tokens": float((steps.batch_tokens - steps.prefill_tokens).sum()),
         "wall_s": float(steps.latency_s.sum()),
         "model_s": run.backend.model_s,
+        "model_cpu_s": run.backend.model_cpu_s,
         "predicted_s": predicted_s,
     }
+
+
+def priced_totals(runs: list[RealRun], profile: Path, draft_profile: Path) -> list[dict]:
+    """`run_totals` of real runs (each served by a `TimedBackend`), P from the given profiles."""
+    return [
+        run_totals(
+            run, step_model_check(priced_steps(run, profile, draft_profile))["all_predicted_s"]
+        )
+        for run in runs
+    ]
 
 
 @dataclass(frozen=True)
@@ -165,15 +197,7 @@ class EngineCalibration:
     @classmethod
     def measure(cls, runs: list[RealRun], profile: Path, draft_profile: Path) -> EngineCalibration:
         """Fit on real runs (each served by a `TimedBackend`) against the raw profiles."""
-        return cls.fit(
-            [
-                run_totals(
-                    run,
-                    step_model_check(priced_steps(run, profile, draft_profile))["all_predicted_s"],
-                )
-                for run in runs
-            ]
-        )
+        return cls.fit(priced_totals(runs, profile, draft_profile))
 
     def overhead_s(self, seqs: Any, verify_tokens: Any, steps: Any = 1) -> Any:
         """a steps + b R + c V: o of one step (R and V scalars or arrays), or of a run in all

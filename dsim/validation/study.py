@@ -6,8 +6,10 @@ on this machine right before the real runs (unless a profile is given), and so i
 (`dsim.validation.profiles`); then bursts of requests per policy on the trace half's prompts
 calibrate the profiles to the engine (`dsim.validation.bursts`, `dsim.validation.step_check`:
 a factor on the passes and an overhead per step that grows with its sequences and verify
-tokens, which the simulations and the rate rule then use), and the same bursts re-served
-after the last run measure the machine's drift.
+tokens, which the rate rule uses). The runs go a triple (load, seed: one run per policy) at a
+time, each priced with the pass factor of the check bursts served right before it and checked
+by those right after it; a triple that drifted beyond the tolerance is re-run
+(`dsim.validation.drift`).
 Each load (a target busy fraction under `mtp1`; its rate from the simulator by the stated
 rule) is repeated with different seeds (arrivals and sampling) and different served prompts
 (repeat k starts k x requests prompts further into the served half), and each repeat serves
@@ -41,10 +43,17 @@ from dsim.validation.bench import Bench
 from dsim.validation.bursts import (
     ENGINE_DRAFT_PROFILE,
     ENGINE_PROFILE,
-    burst_calibration,
     calibrate_engine,
     describe,
-    drift,
+    write_engine_profiles,
+)
+from dsim.validation.drift import (
+    Check,
+    TripleDrift,
+    calibration_check,
+    measure_check,
+    triple_calibration,
+    verdict,
 )
 from dsim.validation.figures import attribution, comparisons, validation_json
 from dsim.validation.plan import (
@@ -61,23 +70,27 @@ from dsim.validation.profiles import measure_profiles
 from dsim.validation.report import report_markdown
 from dsim.validation.runs import one_run, utc
 from dsim.validation.settings import Settings
-from dsim.validation.step_check import EngineCalibration
+from dsim.validation.step_check import EngineCalibration, PassClocks
 
 
-def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict:
-    """Every load x repeat x policy: a real run and its trace and preset simulations; writes
-    the runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
-    Input errors are raised before anything is written."""
+def validate(
+    s: Settings, out: Path, log: Callable[[str], None] = print, clocks: PassClocks = PassClocks()
+) -> dict:
+    """Every load x repeat x policy: a real run and its trace and preset simulations, each
+    triple priced and checked by the bursts beside it (`dsim.validation.drift`); writes the
+    runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
+    Input errors are raised before anything is written. `clocks` time the model passes."""
     s.check()
     prompts = read_prompt_file(s.prompts)
     served = served_prompts(prompts)
     half, trace_meta = trace_half(s.acceptance, s.prompts, len(prompts))
-    bench = Bench.load(s, out, log)
+    bench = Bench.load(s, out, log, clocks)
     if int(half["gamma"].iloc[0]) != bench.drafter.gamma:
         raise InputError(
             s.acceptance, None, f"gamma differs from the drafter's {bench.drafter.gamma}"
         )
     meta = study_meta(s, len(served))
+    phases = _Phases()
     trace_file = out / "trace-half.parquet"
     write_prompt_file(out / "prompts-served.jsonl", served)
     write_trace_half(half, trace_meta, s.acceptance, trace_file)
@@ -93,20 +106,37 @@ def validate(s: Settings, out: Path, log: Callable[[str], None] = print) -> dict
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
-    burst_prompts = trace_prompts(prompts)
-    cal = calibrate_engine(bench, raw, burst_prompts)
+    phases.mark("load and profile")
+    cal = calibrate_engine(bench, raw, trace_prompts(prompts))
     meta["engine_calibration"] = describe(cal)
+    phases.mark("calibrate")
+    seeds = [s.seed + k for k in range(s.repeats)]
+    expected_out = generated_lengths(half, s.max_new_tokens)
     base = replace(
         raw, profile=str(out / ENGINE_PROFILE), draft_cost=str(out / ENGINE_DRAFT_PROFILE)
     )
-    seeds = [s.seed + k for k in range(s.repeats)]
-    expected_out = generated_lengths(half, s.max_new_tokens)
     plan = plan_loads(bench, base, str(trace_file), seeds, prompt_lengths, expected_out)
-    measured = serve_all(bench, base, plan, seeds, served, str(trace_file), cal)
-    log("re-measuring the engine on the same bursts (drift check)")
-    end = burst_calibration(bench, raw, burst_prompts, "calibration-end")
+    phases.mark("rate rule")
+    measured, records = serve_all(bench, raw, plan, seeds, served, str(trace_file), cal)
+    phases.mark("triples (runs, simulations, checks)")
     meta["wall_time"] = _clock(time.perf_counter() - bench.started)
-    return write_results(bench, meta, plan, measured, drift(cal, end))
+    meta["time_by_phase"] = phases.describe(sum(r["after"]["seconds"] for r in records))
+    return write_results(bench, meta, plan, measured, verdict(records))
+
+
+class _Phases:
+    """Where a study's time goes: seconds per phase, in order."""
+
+    def __init__(self) -> None:
+        self.last, self.seconds = time.perf_counter(), {}
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase], self.last = now - self.last, now
+
+    def describe(self, check_s: float) -> str:
+        parts = [f"{phase} {_clock(t)}" for phase, t in self.seconds.items()]
+        return ", ".join(parts) + f" (of which the checks {_clock(check_s)})"
 
 
 def machine() -> dict[str, str | int]:
@@ -171,50 +201,104 @@ def plan_loads(
 
 def serve_all(
     bench: Bench,
-    base: RunSpec,
+    raw: RunSpec,
     plan: dict[str, dict[str, float]],
     seeds: list[int],
     served: list[Prompt],
     trace: str,
     cal: EngineCalibration,
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """Every load x repeat x policy (`one_run`): metric rows, run info and attribution parts."""
+) -> tuple[tuple[list[dict], list[dict], list[dict]], list[dict]]:
+    """Every load x repeat x policy (`one_run`), a triple (load, seed) at a time, each priced
+    by the check before it, checked after it and re-run if it drifted (`dsim.validation.drift`):
+    (metric rows, run info, attribution parts) of the kept attempts, and every attempt's
+    drift record."""
     s, out = bench.settings, bench.out
     repeat_files = []
     for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
         repeat_files.append(out / f"prompts-served-s{seed}.jsonl")
         order = repeat_order(len(served), k, s.requests)
         write_prompt_file(repeat_files[-1], [served[j] for j in order])
-    rows, runs, parts = [], [], []
-    total = len(s.loads) * len(seeds) * len(s.policies)
-    runs_started = time.perf_counter()  # the ETA extrapolates the real runs, not the set-up
+    kept: tuple[list[dict], list[dict], list[dict]] = ([], [], [])
+    records: list[dict] = []
+    progress = _Progress(bench, len(s.loads) * len(seeds) * len(s.policies))
+    first = before = calibration_check(cal)
     for name, _ in s.loads:
+        rate = plan[name]["rate"]
         for seed, prompt_file in zip(seeds, repeat_files, strict=True):
-            for policy in s.policies:
-                bench.log(
-                    _progress(bench, len(runs), total, runs_started, f"{name} seed {seed} {policy}")
+            attempts: list[TripleDrift] = []
+            while not attempts or not attempts[-1].settled():
+                if attempts:
+                    progress.total += len(s.policies)
+                    bench.log(f"{name} seed {seed} drifted {attempts[-1].change:+.1%}: re-run")
+                key = (name, seed, len(attempts) + 1)
+                triple, drift = serve_triple(
+                    bench, raw, cal, (first, before), key, rate, (prompt_file, trace), progress
                 )
-                spec = replace(
-                    base,
-                    trace=arrivals_spec(plan[name]["rate"], s.requests, s.max_new_tokens),
-                    policy=policy,
-                    seed=seed,
-                )
-                folder = out / "runs" / name / f"s{seed}"
-                info, measured, part = one_run(bench, spec, prompt_file, trace, folder, cal)
-                key = {"load": name, "seed": seed, "policy": policy}
-                rows += [{**key, "kind": kind, **m} for kind, m in measured.items()]
-                runs.append({**key, **info})
-                parts.append({**key, **part})
-    return rows, runs, parts
+                attempts.append(drift)
+                before = drift.after
+            records += [a.record(kept=a is attempts[-1]) for a in attempts]
+            for part, got in zip(kept, triple, strict=True):
+                part += got
+    return kept, records
 
 
-def _progress(bench: Bench, done: int, total: int, runs_started: float, what: str) -> str:
-    """`[k/n] what (elapsed, ~ETA left)`: the ETA from the real runs done so far."""
-    now = time.perf_counter()
-    left = (now - runs_started) / done * (total - done) if done else None
-    eta = f", ~{_clock(left)} left" if left is not None else ""
-    return f"[{done + 1}/{total}] {what} ({_clock(now - bench.started)}{eta})"
+def serve_triple(
+    bench: Bench,
+    raw: RunSpec,
+    cal: EngineCalibration,
+    checks: tuple[Check, Check],
+    key: tuple[str, int, int],
+    rate: float,
+    inputs: tuple[Path, str],
+    progress: _Progress,
+) -> tuple[tuple[list[dict], list[dict], list[dict]], TripleDrift]:
+    """One attempt (`key`: load, seed, attempt) at a triple on `inputs` (the repeat's prompt
+    file, the trace half): its profiles priced by the checks (the first, the one right before
+    it), every policy's run (`one_run`), then the check after it. (Metric rows, run info,
+    attribution parts) and its drift."""
+    s, (load, seed, attempt) = bench.settings, key
+    folder = bench.out / "runs" / load / f"s{seed}{'-rerun' * (attempt - 1)}"
+    priced = triple_calibration(cal, *checks)
+    spec = replace(
+        write_engine_profiles(priced, raw, folder),
+        trace=arrivals_spec(rate, s.requests, s.max_new_tokens),
+        seed=seed,
+    )
+    rows, runs, parts = [], [], []
+    for policy in s.policies:
+        bench.log(progress.line(f"{load} seed {seed} {policy}"))
+        prompts, trace = inputs
+        info, measured, part = one_run(
+            bench, replace(spec, policy=policy), prompts, trace, folder, priced
+        )
+        tags = {"load": load, "seed": seed, "policy": policy}
+        rows += [{**tags, "kind": kind, **m} for kind, m in measured.items()]
+        runs.append({**tags, "folder": str(folder.relative_to(bench.out)), **info})
+        parts.append({**tags, **part})
+    bench.log(f"checking the machine after {load} seed {seed}")
+    after = measure_check(bench, raw, folder / "check")
+    drift = TripleDrift(load, seed, attempt, priced.pass_factor, checks[1], after)
+    bench.log(
+        f"{load} seed {seed}: drift {drift.change:+.1%} on the wall clock, "
+        f"{drift.cpu_change:+.1%} on the CPU clock (check {checks[1].wall:.4f} -> {after.wall:.4f})"
+    )
+    return (rows, runs, parts), drift
+
+
+class _Progress:
+    """`[k/n] what (elapsed, ~ETA left)`: the ETA extrapolates the triples so far (their
+    checks included), not the set-up; n grows by a triple's runs when it is re-run."""
+
+    def __init__(self, bench: Bench, total: int) -> None:
+        self.bench, self.total, self.done = bench, total, 0
+        self.started = time.perf_counter()
+
+    def line(self, what: str) -> str:
+        now = time.perf_counter()
+        left = (now - self.started) / self.done * (self.total - self.done) if self.done else None
+        eta = f", ~{_clock(left)} left" if left is not None else ""
+        self.done += 1
+        return f"[{self.done}/{self.total}] {what} ({_clock(now - self.bench.started)}{eta})"
 
 
 def write_results(
@@ -222,7 +306,7 @@ def write_results(
     meta: dict,
     plan: dict,
     measured: tuple[list[dict], list[dict], list[dict]],
-    machine_drift: dict[str, float],
+    machine_drift: dict,
 ) -> dict:
     """validation.json, comparison.json, diagnostics.json and report.md; the report is also
     logged."""

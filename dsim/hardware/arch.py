@@ -15,6 +15,7 @@ import numpy as np
 from dsim.errors import InputError
 
 ACT_BYTES = 2  # activations stay in bf16, also with 8-bit weights (the KV cache: --kv-dtype)
+DRAFT_VOCAB = 32_000  # EAGLE-3's released draft vocabulary (and dsim's drafter family's cap)
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 
 

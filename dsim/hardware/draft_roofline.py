@@ -38,21 +38,19 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.hardware import engine_fit, gpu_fit, zoo
-from dsim.hardware.arch import ACT_BYTES, Arch, Parallel, check_parallel, layer_linears
-from dsim.hardware.engines import DEFAULT_ENGINE, get_engine
+from dsim.hardware import engine_fit, gpu_fit
+from dsim.hardware.arch import ACT_BYTES, DRAFT_VOCAB, Arch, Parallel, layer_linears
+from dsim.hardware.engines import DEFAULT_ENGINE
 from dsim.hardware.gpu_model import (
     StepOverhead,
     elementwise_time,
-    get_gpu,
     linear_time,
     step_parts,
     step_time,
 )
 from dsim.hardware.latency import write_profile
-from dsim.hardware.roofline import COLUMNS, CONTEXTS, grid, parse_dtype, parse_kv_dtype
+from dsim.hardware.roofline import COLUMNS, CONTEXTS, estimate_inputs, grid
 
-DRAFT_VOCAB = 32_000  # EAGLE-3's released draft vocabulary (and dsim's drafter family's cap)
 HEAD_RANK = 64  # the sequential (markov) head's rank, dsim's drafter default
 BLOCK_LAYERS = 2  # the block drafter's backbone depth (DrafterConfig.for_target's default)
 
@@ -223,11 +221,9 @@ def drafter_profile(
 ) -> tuple[pd.DataFrame, dict]:
     """The drafter pass profile (standard CSV columns, verify rows) and its sidecar."""
     draft = get_draft_model(draft_model)
-    preset, spec, arch = get_engine(engine), get_gpu(gpu), zoo.load_arch(model)
-    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
-    check_parallel(arch, par)
-    if not (np.isfinite(overhead_scale) and overhead_scale >= 0):
-        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
+    preset, spec, arch, par = estimate_inputs(
+        gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
+    )
     cal, overhead = gpu_fit.calibration(spec), drafter_terms(preset, overhead_scale)
     df = grid(contexts).query("phase == 'verify'").reset_index(drop=True)
     args = (df[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len"))

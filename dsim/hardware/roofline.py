@@ -21,8 +21,8 @@ import pandas as pd
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
-from dsim.hardware.engines import DEFAULT_ENGINE, get_engine
-from dsim.hardware.gpu_model import get_gpu, sampled_tokens, step_parts, step_time
+from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine
+from dsim.hardware.gpu_model import Gpu, get_gpu, sampled_tokens, step_parts, step_time
 from dsim.hardware.latency import write_profile
 
 FORMULA = (
@@ -156,6 +156,27 @@ def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
     }
 
 
+def estimate_inputs(
+    gpu: str,
+    model: str,
+    tp: int,
+    ep: int,
+    dtype: str,
+    overhead_scale: float,
+    engine: str,
+    kv_dtype: str,
+) -> tuple[Engine, Gpu, Arch, Parallel]:
+    """An estimate's engine preset, GPU, model and parallelism, each read and checked once
+    (the target's and the drafter's estimates alike)."""
+    preset = get_engine(engine, gpu.lower())
+    spec, arch = get_gpu(gpu), zoo.load_arch(model)
+    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
+    check_parallel(arch, par)
+    if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
+        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
+    return preset, spec, arch, par
+
+
 def roofline_profile(
     gpu: str,
     model: str,
@@ -168,16 +189,12 @@ def roofline_profile(
     kv_dtype: str = "bf16",
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
-    preset = get_engine(engine, gpu.lower())
-    spec = get_gpu(gpu)
-    arch = zoo.load_arch(model)
-    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
-    check_parallel(arch, par)
+    preset, spec, arch, par = estimate_inputs(
+        gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
+    )
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
     _check_weights_fit(model, gpu, spec, weights)
-    if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
-        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
     cal = gpu_fit.calibration(spec)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)

@@ -19,10 +19,8 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from dsim.hardware import engine_fit, gpu_fit, zoo
-from dsim.hardware.arch import Parallel
+from dsim.hardware.arch import DRAFT_VOCAB, Parallel
 from dsim.hardware.gpu_model import GPUS, SpecRound, StepOverhead, step_time
-
-EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's reduced draft vocabulary
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ def drafter_arch(row: SpecRow):
     arch = zoo.load_arch(row.model)
     if arch.moe:
         return replace(arch, name=arch.name + "-mtp", layers=1, dense_layers=0)
-    return replace(arch, name=arch.name + "-eagle3", layers=1, vocab=EAGLE3_DRAFT_VOCAB)
+    return replace(arch, name=arch.name + "-eagle3", layers=1, vocab=DRAFT_VOCAB)
 
 
 def _seconds(arch, row: SpecRow, tokens: float, terms: StepOverhead) -> float:

@@ -133,7 +133,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
         target = profile()
-        (per_round, per_pass), prior = spec_costs(spec.profile)
+        (per_round, per_pass), prior = spec_costs(spec.profile, target.sidecar)
         where = f"{Path(spec.profile).with_suffix('.json')}: engine ragged penalty"
         prior = check_ragged_penalty(prior, where)
     config = engine_config(spec, target, sched, prior)

@@ -131,11 +131,11 @@ def engine_label(path: str | Path) -> str:
     return str(engine["name"]) + ("" if scale == 1 else f" x {scale:g}")
 
 
-def spec_costs(path: str | Path) -> tuple[tuple[float, float], float]:
-    """An estimate's engine speculative costs from its sidecar: ((per_round_s, per_pass_s),
-    ragged penalty); zeros where the sidecar records none (a measurement, an older estimate,
-    `vllm-2023`), so those profiles run as before."""
-    engine = profile_metadata(path).get("engine")
+def spec_costs(path: str | Path, sidecar: dict | None = None) -> tuple[tuple[float, float], float]:
+    """An estimate's engine speculative costs from its sidecar (read here unless given):
+    ((per_round_s, per_pass_s), ragged penalty); zeros where the sidecar records none (a
+    measurement, an older estimate, `vllm-2023`), so those profiles run as before."""
+    engine = (profile_metadata(path) if sidecar is None else sidecar).get("engine")
     if not isinstance(engine, dict):
         return (0.0, 0.0), 0.0
     side = Path(path).with_suffix(".json")

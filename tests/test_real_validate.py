@@ -22,7 +22,7 @@ from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
 from dsim.run import RunSpec
-from dsim.validation.drift import Check, TripleDrift, triple_calibration, verdict
+from dsim.validation.drift import RERUNS_TOTAL, Check, TripleDrift, triple_calibration, verdict
 from dsim.validation.figures import (
     METRICS,
     attribution,
@@ -311,11 +311,12 @@ def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
 
     drifted = TripleDrift("light", 0, 1, 1.1, check(1.0), check(1.2))
     assert drifted.change == pytest.approx(0.2) and drifted.cpu_change == pytest.approx(0.2)
-    assert not drifted.within and not drifted.settled()
+    assert not drifted.within and not drifted.settled(reruns_left=RERUNS_TOTAL)
+    assert drifted.settled(reruns_left=0)  # the study is out of re-runs: kept, drifted
     again = TripleDrift("light", 0, 2, 1.32, check(1.2), check(0.9))
-    assert again.settled() and not again.within  # out of re-runs: kept, drifted
+    assert again.settled(RERUNS_TOTAL) and not again.within  # out of its re-runs: kept, drifted
     fine = TripleDrift("light", 1, 1, 0.99, check(0.9), check(0.95))
-    assert fine.within and fine.settled()
+    assert fine.within and fine.settled(reruns_left=0)
     v = verdict([drifted.record(kept=False), again.record(kept=True), fine.record(kept=True)])
     assert not v["valid"] and v["reruns"] == 1 and v["check_wall_range"] == [0.9, 1.2]
     text = "\n".join(report_drift(v))

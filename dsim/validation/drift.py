@@ -12,8 +12,10 @@ CHECK_REQUESTS) prices it:
 
 (k the calibration's pass factor; the engine overhead a + b R + c V stays as fitted), and the
 check right after it measures the triple's own drift, (check after) / (check before) - 1. A
-triple whose drift is beyond DRIFT_TOL is served again (at most RERUNS times), priced by the
-check that ended the drifted attempt and ended by a fresh one; its last attempt is kept, and
+triple whose drift is beyond DRIFT_TOL is served again (at most RERUNS times, and at most
+RERUNS_TOTAL re-runs in the whole study, so a drifting machine cannot stretch the run without
+bound), priced by the check that ended the drifted attempt and ended by a fresh one; its last
+attempt is kept, and
 the study is evidence only if every kept triple is within the tolerance. Checks are timed on
 both `PassClocks`: the wall clock prices and judges (the runs are wall-clock runs), the
 thread's CPU clock tells a busy machine (wall moves, CPU does not) from a slower core (both).
@@ -34,6 +36,7 @@ from dsim.validation.step_check import EngineCalibration, priced_totals
 CHECK_REQUESTS = 2  # one of the calibration's burst sizes: its bursts are the first check
 DRIFT_TOL = 0.10  # a triple whose passes sped up or slowed down more than this is re-run
 RERUNS = 1  # re-runs of a drifted triple at most
+RERUNS_TOTAL = 3  # re-runs in the whole study at most (a default run stays within ~25 minutes)
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,10 @@ class TripleDrift:
     def within(self) -> bool:
         return abs(self.change) <= DRIFT_TOL
 
-    def settled(self) -> bool:
-        """Whether the triple is done: within the tolerance, or out of re-runs."""
-        return self.within or self.attempt > RERUNS
+    def settled(self, reruns_left: int) -> bool:
+        """Whether the triple is done: within the tolerance, out of its own re-runs, or the
+        study out of re-runs (`reruns_left`, of RERUNS_TOTAL)."""
+        return self.within or self.attempt > RERUNS or reruns_left <= 0
 
     def record(self, kept: bool) -> dict:
         """What comparison.json and the report keep of it."""

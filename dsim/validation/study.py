@@ -48,6 +48,7 @@ from dsim.validation.bursts import (
     write_engine_profiles,
 )
 from dsim.validation.drift import (
+    RERUNS_TOTAL,
     Check,
     TripleDrift,
     calibration_check,
@@ -222,12 +223,14 @@ def serve_all(
     records: list[dict] = []
     progress = _Progress(bench, len(s.loads) * len(seeds) * len(s.policies))
     first = before = calibration_check(cal)
+    reruns_left = RERUNS_TOTAL
     for name, _ in s.loads:
         rate = plan[name]["rate"]
         for seed, prompt_file in zip(seeds, repeat_files, strict=True):
             attempts: list[TripleDrift] = []
-            while not attempts or not attempts[-1].settled():
+            while not attempts or not attempts[-1].settled(reruns_left):
                 if attempts:
+                    reruns_left -= 1
                     progress.total += len(s.policies)
                     bench.log(f"{name} seed {seed} drifted {attempts[-1].change:+.1%}: re-run")
                 key = (name, seed, len(attempts) + 1)

@@ -25,13 +25,16 @@ quiet() {
 # policy on the trace half's prompts: pass factor and overhead per step a + b R + c V), and
 # simulates real mode's mixed steps as two passes; it re-serves the bursts of 2 after every
 # (load, seed) triple, prices each triple by the check before it and re-runs a triple that
-# drifted beyond 10% once. v2-v10 are the earlier reports (v5: no engine calibration; v6:
+# drifted beyond 10% once (at most 3 re-runs a study). v18-v20 are three consecutive default runs
+# (the three-quiet-runs target), each after its own wait for a quiet machine. v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
 # profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
 # profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
 # warm-up passes per point).
-quiet
-$DSIM validate --out experiments/validation/v16
+for v in v18 v19 v20; do
+  quiet
+  $DSIM validate --out "experiments/validation/$v"
+done
 
 # 3. Engine overhead per round vs the forward passes at batch 16.
 $PY benchmarks/bench_real_overhead.py --drafter drafters/markov.pt > experiments/validation/overhead.json

@@ -24,7 +24,7 @@ from dsim.pareto.frontier import (
     sla_throughputs,
 )
 from dsim.pareto.pipeline import prepare, run_pareto
-from dsim.pareto.plots import _sla_labels, display_name, policy_color
+from dsim.pareto.plots import _plot_envelope, _sla_labels, display_name, policy_color
 
 PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
 BASE = f"""
@@ -196,6 +196,7 @@ def test_a_layout_sweep_reports_per_layout_and_per_gpu(tmp_path: Path) -> None:
     per_gpu = report.split("per GPU at each SLA anchor")[1].split("## All points")[0]
     rows = {tuple(c.strip() for c in line.split("|")[1:4]) for line in per_gpu.splitlines()[4:]}
     assert ("disagg 1:1", "dspark", "2") in rows and ("disagg off", "best-fixed", "1") in rows
+    assert "KV budget the profile's (its sidecar's `memory.kv_capacity_tokens`)" in report
     front = pd.read_parquet(tmp_path / "out" / "frontier.parquet")
     assert set(front["layout"]) == {"disagg 1:1", "disagg off"}
 
@@ -241,3 +242,24 @@ def test_sla_labels_do_not_overlap() -> None:
             assert not boxes[i].overlaps(boxes[j]), (anchors[i], anchors[j])
     plt.close(fig)
     assert math.isfinite(boxes[0].x0)
+
+
+def test_best_fixed_envelope_is_drawn_at_the_matched_levels() -> None:
+    """One line per layout through (baseline speed, matched throughput), each level once even
+    when several policies were compared there, in throughput order, NaN levels left out."""
+    gains = pd.DataFrame(
+        {
+            "layout": ["", "", "", "", ""],
+            "policy": ["dspark", "dspark", "mtp1", "mtp1", "mtp1"],
+            "throughput_tok_s": [2000.0, 1000.0, 1000.0, 2000.0, 3000.0],
+            "baseline_tps_p50": [200.0, 300.0, 300.0, 200.0, np.nan],
+        }
+    )
+    fig, ax = plt.subplots()
+    _plot_envelope(ax, gains, {"": "-"})
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [300.0, 200.0] and list(line.get_ydata()) == [1000.0, 2000.0]
+    assert line.get_label() == "best-fixed (envelope)" and line.get_color() == policy_color(
+        "best-fixed"
+    )
+    plt.close(fig)

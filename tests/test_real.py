@@ -118,6 +118,34 @@ def test_run_real_cli_end_to_end(monkeypatch, capsys, tmp_path, files, target, b
     assert "throughput" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("gamma", [4, RunSpec().gamma + 2])
+def test_serve_checks_fixed_k_against_the_drafters_gamma(
+    monkeypatch, capsys, tmp_path, files, target, gamma
+):
+    """The drafter checkpoint fixes gamma, so `fixed:K` is judged against it (not the run
+    default), before any model is loaded: K = gamma + 1 is refused, K = gamma is served."""
+    import dsim.real.runner as runner
+
+    prompts, profile = files
+    ckpt = tmp_path / "drafter.pt"
+    save_drafter(ckpt, untrained_drafter(target, gamma=gamma), target.fingerprint, {})
+    argv = ["dsim", "serve", "--target", "tiny", "--drafter", str(ckpt), "--no-progress"]
+    argv += ["--prompts", str(prompts), "--profile", str(profile)]
+    argv += ["--trace", f"synthetic:rate=20,n=2,output={CAP},sigma=0", "--max-new-tokens", "4"]
+    loaded = []
+    real_load = runner.load_models
+    monkeypatch.setattr(runner, "load_models", lambda *a: loaded.append(1) or real_load(*a))
+    monkeypatch.setattr(sys, "argv", [*argv, "--policy", f"fixed:{gamma + 1}"])
+    with pytest.raises(SystemExit) as refused:
+        main()
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and f"gamma (drafts proposed per round) is {gamma}" in err
+    assert not loaded  # refused before any model was loaded
+    monkeypatch.setattr(sys, "argv", [*argv, "--policy", f"fixed:{gamma}"])
+    main()
+    assert loaded and "throughput" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("policy", ["ar", "mtp1", "fixed:3", "dspark", "dspark-async"])
 def test_tokens_conserved_and_kv_trimmed(files, target, policy):
     """After every round a request's cache holds prompt + generated - 1 tokens (all but the

@@ -103,6 +103,12 @@ def _check_shapes(path: Path, config: DrafterConfig, weights: dict[str, torch.Te
             )
 
 
+def drafter_gamma(path: str | Path) -> int:
+    """The drafts per round a drafter checkpoint proposes, read from its config alone, so the
+    options can be checked against it before any model is built."""
+    return _config(Path(path), read_checkpoint(path)).gamma
+
+
 def load_drafter(path: str | Path, target) -> Drafter:
     """A drafter ready to run on `target`; refuses one trained for another target."""
     blob = read_checkpoint(path)

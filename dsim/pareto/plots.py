@@ -106,6 +106,8 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
                 f[X], f[Y], fmt="none", ecolor=color, elinewidth=1, capsize=2,
                 xerr=_spread(f, X), yerr=_spread(f, Y),
             )  # fmt: skip
+    if cfg.baseline == BEST_FIXED:
+        _plot_envelope(ax, result.gains, styles)
     _load_labels(ax, result.means)
     _log_x(ax)
     if (points["excluded"] != "").any():
@@ -119,6 +121,19 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
     _plot_gains(low, result.gains, display_name(cfg.baseline), styles)
     fig.tight_layout()
     _save(fig, path)
+
+
+def _plot_envelope(ax: plt.Axes, gains: pd.DataFrame, styles: dict) -> None:
+    """The best-fixed baseline's own line: the envelope of the fixed:K frontiers at the matched
+    throughputs the gains are read at (mean over seeds), per layout."""
+    table = gains if "layout" in gains else gains.assign(layout="")
+    for layout, g in table.dropna(subset=["baseline_tps_p50"]).groupby("layout", sort=False):
+        level = g.drop_duplicates("throughput_tok_s").sort_values("throughput_tok_s")
+        ax.plot(
+            level["baseline_tps_p50"], level["throughput_tok_s"], styles.get(layout, "-"),
+            color=policy_color(BEST_FIXED), linewidth=3, alpha=0.35,
+            label=_label(BEST_FIXED, layout) + " (envelope)",
+        )  # fmt: skip
 
 
 def _load_labels(ax: plt.Axes, means: pd.DataFrame) -> None:

@@ -183,10 +183,15 @@ def render_report(cfg: SweepConfig, points: pd.DataFrame, result: Analysis) -> s
     )
     window = f", window {spec.window} s of the scaled timeline" if spec.window else ""
     layouts = "; ".join(lay.label for lay in cfg.layouts)
+    kv = (
+        f"KV budget {spec.kv_tokens} tokens"
+        if spec.kv_tokens is not None
+        else "KV budget the profile's (its sidecar's `memory.kv_capacity_tokens`)"
+    )
     setup = (
         f"- trace `{spec.trace}`{window}\n"
         f"- profile `{spec.profile}`, gamma {spec.gamma}, acceptance `{spec.acceptance}`\n"
-        f"- draft cost `{spec.draft_cost}`, KV budget {spec.kv_tokens} tokens, {seed_text}\n"
+        f"- draft cost `{spec.draft_cost}`, {kv}, {seed_text}\n"
         f"- load axis `{cfg.load_axis}`: {', '.join(f'{v:g}' for v in cfg.loads)}\n"
         + (f"- layouts (crossed with the load axis): {layouts}\n" if layouts else "")
         + f"- {len(points)} points; {_baseline_text(cfg)}; speeds are medians over requests\n"

@@ -9,7 +9,7 @@ drafter and target decide what is accepted) and no --gamma (the drafter checkpoi
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
@@ -50,6 +50,7 @@ def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -
     """Check the options before any model is loaded, then serve and write OUT."""
     import torch
 
+    from dsim.models.checkpoint import drafter_gamma
     from dsim.real.runner import (
         check_options,
         load_models,
@@ -58,6 +59,8 @@ def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -
         write_real_run,
     )
 
+    if models.drafter is not None:  # the checkpoint fixes gamma: check the policy against it
+        spec = replace(spec, gamma=drafter_gamma(models.drafter))
     engine = check_options(spec, models.clock, models.drafter is not None)
     for line in engine.warnings:
         warn(line)

@@ -166,7 +166,7 @@ def report(engine: str, ragged: float | None, table: pd.DataFrame) -> str:
 
 def read_results(path: Path) -> pd.DataFrame:
     """A results.csv as written (its empty `excluded` cells back as "", not NaN)."""
-    table = pd.read_csv(path)
+    table = pd.read_csv(path, dtype={"excluded": object})
     return table.assign(excluded=table["excluded"].fillna(""))
 
 

@@ -4,6 +4,8 @@ test_gpu_estimate.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -66,6 +68,15 @@ def test_zoo_parameter_counts_match_published(name, params):
 def test_kv_bytes_per_token_qwen3_8b():
     # 2 (K, V) * 36 layers * 8 KV heads * 128 dims * 2 bytes
     assert zoo.kv_bytes_per_token(zoo.load_config("qwen3-8b")) == 147456
+
+
+def test_the_cli_loads_without_transformers():
+    """Only building a config imports transformers: `dsim run` and the GPU estimate read the
+    zoo's fields and must not pay its import (seconds per command)."""
+    code = "import dsim.cli, sys; print('transformers' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "False"
+    assert type(zoo.load_config("qwen3-8b")).__name__ == "Qwen3Config"  # built on demand
 
 
 def test_config_json_by_path(tiny_json):

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
+from typing import TYPE_CHECKING, Any
 
 from dsim.errors import InputError
 from dsim.hardware.arch import Arch
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 # The published architectures (hidden size, layers, heads, KV heads, head_dim, MLP, vocab).
 ZOO: dict[str, dict[str, Any]] = {
@@ -184,7 +185,8 @@ ZOO["llama3.1-8b"] = {
     ),
 }
 
-CONFIG_CLASSES: dict[str, type[PretrainedConfig]] = {"llama": LlamaConfig, "qwen3": Qwen3Config}
+CONFIG_TYPES = ("llama", "qwen3")  # the model_type values a transformers config is built for
+
 NON_GATED = ("bloom", "gpt2", "gpt_neox", "opt", "falcon")  # plain two-matrix MLPs
 POSITIVE_FIELDS = (
     "hidden_size",
@@ -207,11 +209,20 @@ def load_fields(model: str) -> tuple[dict[str, Any], str]:
     raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
 
 
+def config_class(kind: str) -> type[PretrainedConfig]:
+    """The transformers config class of a model_type in CONFIG_TYPES, imported on first use:
+    the commands that only read the zoo's fields (`dsim run`, the GPU estimate) do not pay
+    transformers' import, seconds per command."""
+    from transformers import LlamaConfig, Qwen3Config
+
+    return {"llama": LlamaConfig, "qwen3": Qwen3Config}[kind]
+
+
 def load_config(model: str) -> PretrainedConfig:
     """A zoo name or a path to a Hugging Face config.json (or its folder), validated."""
     fields, source = load_fields(model)
     validate_fields(fields, source)
-    cls = CONFIG_CLASSES[fields["model_type"]]
+    cls = config_class(fields["model_type"])
     config = cls(**{k: v for k, v in fields.items() if k != "model_type"})
     config.name_or_path = source
     return config
@@ -295,8 +306,8 @@ def load_arch(model: str) -> Arch:
 def validate_fields(fields: dict[str, Any], source: str) -> None:
     """Reject configs that cannot build a model, with one line naming the field."""
     kind = fields.get("model_type")
-    if kind not in CONFIG_CLASSES:
-        supported = ", ".join(CONFIG_CLASSES)
+    if kind not in CONFIG_TYPES:
+        supported = ", ".join(CONFIG_TYPES)
         raise InputError(source, None, f"model_type {kind!r} not supported (use {supported})")
     for name in POSITIVE_FIELDS:
         value = fields.get(name)

@@ -58,20 +58,6 @@ TRACE = HERE / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 PROFILE_2023 = HERE / "profiles/h200-qwen3-8b-vllm2023-roofline.csv"
 MLP = HERE / "dsim/hardware/data/gpu/vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv.gz"
 MAX_TOKENS, BUDGET, BATCH_CAP, BLOCK = 4096, 2048, 128, 16
-# meta-llama/Llama-2-7b-hf's config.json (the fields the estimate reads).
-LLAMA2_7B = dict(
-    model_type="llama",
-    hidden_size=4096,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=32,
-    intermediate_size=11008,
-    vocab_size=32000,
-    max_position_embeddings=4096,
-    rms_norm_eps=1e-5,
-    rope_theta=10000.0,
-    tie_word_embeddings=False,
-)
 
 
 def attention_rows() -> list[dict]:
@@ -113,7 +99,7 @@ def write_inputs(work: Path) -> dict[str, Path]:
     out = df["GeneratedTokens"]
     prompt = df["ContextTokens"] - (df["ContextTokens"] + out - MAX_TOKENS).clip(lower=0)
     names = dict(azure="conv_4096.csv", vidur="conv_vidur.csv", attention="attention.csv")
-    paths = {k: work / n for k, n in (names | dict(model="llama2.json")).items()}
+    paths = {k: work / n for k, n in names.items()}
     df.assign(ContextTokens=prompt).to_csv(paths["azure"], index=False)
     pd.DataFrame(
         {
@@ -128,7 +114,6 @@ def write_inputs(work: Path) -> dict[str, Path]:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    paths["model"].write_text(json.dumps(LLAMA2_7B, indent=1))
     print(f"trace: {len(df):,} requests, {int((prompt < df['ContextTokens']).sum()):,} prompts cut")
     return paths
 
@@ -145,7 +130,7 @@ def dsim_env() -> dict:
 def llama2_profile(paths: dict[str, Path], work: Path) -> tuple[Path, int]:
     """dsim's H100 Llama-2-7B estimate (GPU work only) and its KV capacity in whole blocks."""
     out = work / "h100-llama2-7b-gpuonly.csv"
-    cmd = [*dsim_bin(), "profile", "--roofline", "h100", "--model", str(paths["model"])]
+    cmd = [*dsim_bin(), "profile", "--roofline", "h100", "--model", "llama2-7b"]
     subprocess.run([*cmd, "--engine", "gpu-only", "--out", str(out)], env=dsim_env(), check=True)
     kv = json.loads(out.with_suffix(".json").read_text())["memory"]["kv_capacity_tokens"]
     return out, kv // BLOCK * BLOCK

@@ -134,6 +134,20 @@ ZOO: dict[str, dict[str, Any]] = {
         vocab_size=129280,
         tie_word_embeddings=False,
     ),
+    # meta-llama/Llama-2-7b-hf (Vidur's bundled profile, for benchmarks/vs_vidur.py).
+    "llama2-7b": dict(
+        model_type="llama",
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        intermediate_size=11008,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    ),
     "llama2-70b": dict(
         model_type="llama",
         hidden_size=8192,

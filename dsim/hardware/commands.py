@@ -38,7 +38,7 @@ MEASURE, ESTIMATE = "Measurement", "Estimate (--roofline)"
 MODEL = typer.Option(
     SMOLLM2,
     help=f"Zoo name ({SMOLLM2}, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b, llama3.1-8b, "
-    "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-70b, bloom-176b) "
+    "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-7b, llama2-70b, bloom-176b) "
     "or a path to a Hugging Face config.json.",
 )
 DEVICE = typer.Option("cpu", help="cpu or cuda.", rich_help_panel=MEASURE)

@@ -141,10 +141,10 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
-    return EngineInputs(spec, config, target, draft, shape, policy, _no_effect(spec))
+    return EngineInputs(spec, config, target, draft, shape, policy, no_effect(spec))
 
 
-def _no_effect(spec: RunSpec) -> tuple[str, ...]:
+def no_effect(spec: RunSpec) -> tuple[str, ...]:
     """The spec's settings that the run ignores, each as one line."""
     if spec.sla_tps is not None and not reads_sla(spec.policy):
         return (f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "

@@ -127,6 +127,21 @@ def test_outputs_written(tmp_path: Path) -> None:
         assert (out / "points" / key / "requests.parquet").is_file()
 
 
+def test_an_sla_that_a_policy_ignores_is_warned_before_the_sweep_and_kept_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    assert load_config(_config(tmp_path)).warnings == ()  # no sla_tps: nothing to say
+    path = _config(tmp_path, TINY.replace("gamma = 4", "gamma = 4\nsla_tps = 150"))
+    out = tmp_path / "out"
+    argv = ["dsim", "pareto", "--config", str(path), "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)
+    cli.main()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("dsim: warning: --sla-tps 150 has no effect on")
+    assert "policy mtp1 " in err[0]  # dspark reads it: only mtp1 is named
+    assert f"- warning: {err[0].removeprefix('dsim: warning: ')}" in (out / "report.md").read_text()
+
+
 def test_kill_and_resume_recomputes_only_unfinished_points(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,7 @@ import typer
 from dsim.pareto.pipeline import prepare, run_pareto
 from dsim.policies.commands import PLUGIN_TIMEOUT
 from dsim.policies.plugin import set_call_limit
-from dsim.report import console, progress_bar
+from dsim.report import console, progress_bar, warn
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         """Sweep policies over loads; write points, frontiers, pareto.png, load.png, report.md."""
         set_call_limit(plugin_timeout)  # the workers take it with them
         cfg, points = prepare(config, executor, jobs)  # every input check, before any work
+        for line in cfg.warnings:
+            warn(line)
         with progress_bar("points", total=len(points), enabled=progress) as update:
             table = run_pareto(cfg, points, out, executor, jobs, address, update)
         console.print(f"{len(table)} points -> {out / 'report.md'}")

@@ -43,7 +43,7 @@ from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
 from dsim.policies import check_gamma, parse_policy
-from dsim.run_inputs import resolve
+from dsim.run_inputs import no_effect, resolve
 from dsim.run_spec import MAX_COUNTS, RUN_OPTIONS, VLLM_NAMES, RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
@@ -79,6 +79,13 @@ class SweepConfig:
         if self.baseline == BEST_FIXED:
             return tuple(p for p in self.policies if p.startswith("fixed:"))
         return (self.baseline,)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The base settings that some policy ignores, one line each (as `dsim run` says them):
+        said before the sweep and kept in the report."""
+        specs = (replace(self.base, policy=policy) for policy in self.policies)
+        return tuple(line for spec in specs for line in no_effect(spec))
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
         """(policy, load, spec) for every point: policies outer, then layouts, loads

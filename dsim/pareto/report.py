@@ -196,6 +196,7 @@ def render_report(cfg: SweepConfig, points: pd.DataFrame, result: Analysis) -> s
         + (f"- layouts (crossed with the load axis): {layouts}\n" if layouts else "")
         + f"- {len(points)} points; {_baseline_text(cfg)}; speeds are medians over requests\n"
         + _exclusion_text(cfg, points)
+        + "".join(f"- warning: {line}\n" for line in cfg.warnings)
     )
     name = cfg.baseline
     return (

@@ -1,0 +1,79 @@
+"""How well each check predicts the pass factor of the runs beside it, from a report's own files.
+
+The study prices a triple's runs with a pass factor k taken from bursts (the calibration, moved
+by the check before it). Afterwards the runs' own factor can be read back: their time inside
+the model passes over the raw profiles' prediction for their own steps (target and drafter).
+This script puts the two side by side per triple, with what the check before alone, the check
+after alone and their mean would have priced, so a pricing rule can be judged on past reports
+before a new one is committed (it never feeds back into a report).
+
+The raw prediction of a run comes from its `steps.csv`: predicted_s = k x raw + o, where o is
+the calibration's overhead a + b R + c V (V = batch tokens - prefill tokens, as the fit counts
+it), so raw = (predicted_s - o) / k.
+
+    .venv/bin/python experiments/validation/checks_vs_runs.py experiments/validation/v18 ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from dsim.report import markdown_table
+
+
+def run_factor(folder: Path, policy: str, run: dict, k: float, engine: dict) -> tuple[float, float]:
+    """(time in the passes, raw predicted pass time) of one real run."""
+    steps = pd.read_csv(folder / f"{policy.replace(':', '')}-real" / "steps.csv")
+    verify = steps["batch_tokens"] - steps["prefill_tokens"]
+    overhead = (
+        engine["per_step_s"]
+        + engine["per_seq_s"] * steps["num_running"]
+        + engine["per_token_s"] * verify
+    )
+    raw = float(((steps["predicted_s"] - overhead) / k).sum())
+    return run["passes_wall_s"], raw
+
+
+def triples(report: Path) -> pd.DataFrame:
+    """One row per triple attempt: priced k, checks, and the runs' own factor."""
+    engine = json.loads((report / "calibration" / "engine.json").read_text())
+    runs = json.loads((report / "diagnostics.json").read_text())["runs"]
+    drift = json.loads((report / "comparison.json").read_text())["machine_drift"]["triples"]
+    rows = []
+    for t in drift:
+        name = f"s{t['seed']}{'-rerun' * (t['attempt'] - 1)}"
+        folder = f"runs/{t['load']}/{name}"
+        mine = [r for r in runs if r["folder"] == folder]
+        if not mine:  # a drifted attempt that was not kept: its runs are not in diagnostics
+            continue
+        k = t["pass_factor"]
+        parts = [run_factor(report / folder, r["policy"], r, k, engine) for r in mine]
+        factor = sum(p for p, _ in parts) / sum(q for _, q in parts)
+        before, after = t["before"]["wall"], t["after"]["wall"]
+        rows.append({
+            "report": report.name, "load": t["load"], "seed": t["seed"], "attempt": t["attempt"],
+            "runs": factor, "priced": t["pass_factor"] / factor - 1,
+            "before": before / factor - 1, "after": after / factor - 1,
+            "mean": (before + after) / 2 / factor - 1,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    table = pd.concat([triples(Path(arg)) for arg in sys.argv[1:]], ignore_index=True)
+    cols = ["priced", "before", "after", "mean"]
+    shown = table.copy()
+    shown["runs"] = shown["runs"].map("{:.3f}".format)
+    for c in cols:
+        shown[c] = shown[c].map("{:+.1%}".format)
+    print(markdown_table(list(shown.columns), shown.astype(str).values.tolist()))
+    print("\nmean |error| of each rule (the runs' own factor as truth):")
+    print(table[cols].abs().mean().map("{:.1%}".format).to_string())
+
+
+if __name__ == "__main__":
+    main()

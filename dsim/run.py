@@ -13,7 +13,7 @@ import simpy
 from dsim.cluster.summary import kv_transfer_figures, replica_figures
 from dsim.cluster.topology import Cluster, joined, replica_rng
 from dsim.engine.backend import Backend, Simulated
-from dsim.engine.clock import CLOCKS
+from dsim.engine.clock import ClockMaker, clock_maker
 from dsim.engine.config import EngineConfig
 from dsim.engine.records import Records
 from dsim.engine.replica import Replica
@@ -57,14 +57,16 @@ def run_engine(
     inputs: EngineInputs,
     workload: Workload,
     backend: Backend,
-    clock: str = "profile",
+    clock: str | ClockMaker = "profile",
     progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Run the replicas over `workload` with `backend` executing the rounds (simulated or
-    real). Each replica has its own engine, policy state and random stream
-    (`dsim.cluster.topology`); the backend and the per-request records are shared.
+    real). Each replica has its own engine, policy state, random stream
+    (`dsim.cluster.topology`) and clock (`clock`: a name or a maker); the backend and the
+    per-request records are shared.
     """
     spec, cfg, latency = inputs.spec, inputs.config, inputs.profile.latency
+    make_clock = clock_maker(clock)
     draft_cost, policies = inputs.draft_cost, inputs.policy.instances()
     n = len(workload)
     records = Records.empty(n)
@@ -81,7 +83,7 @@ def run_engine(
             cfg,
             replica_rng(spec.seed, k, rng),
             records,
-            CLOCKS[clock](),
+            make_clock(),
             k,
             handoff,
         )

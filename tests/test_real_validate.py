@@ -22,7 +22,7 @@ from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
 from dsim.run import RunSpec
-from dsim.validation.drift import RERUNS_TOTAL, Check, TripleDrift, triple_calibration, verdict
+from dsim.validation.drift import RERUNS_TOTAL, RunDrift, TripleDrift, verdict
 from dsim.validation.figures import (
     METRICS,
     attribution,
@@ -40,6 +40,7 @@ from dsim.validation.plan import (
     split_rows,
     trace_half,
 )
+from dsim.validation.reference import Reference, Samples, run_factor
 from dsim.validation.report import _drift as report_drift
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import EngineCalibration, PassClocks
@@ -295,8 +296,13 @@ class SteppingClocks:
     def __init__(self) -> None:
         self.wall_t = self.cpu_t = 0.0
         self.scale = 1.0
+        self.slow_down_in: int | None = None  # wall readings until the scale doubles
 
     def wall(self) -> float:
+        if self.slow_down_in is not None:
+            self.slow_down_in -= 1
+            if self.slow_down_in == 0:
+                self.scale, self.slow_down_in = 2.0, None
         self.wall_t += 1e-3 * self.scale
         return self.wall_t
 
@@ -305,36 +311,58 @@ class SteppingClocks:
         return self.cpu_t
 
 
-def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
-    def check(wall: float) -> Check:
-        return Check("x", "t", wall, wall / 2, 1.0)
+def test_reference_samples_price_a_run_and_measure_its_drift_within_it():
+    steady = Samples((1.0, 1.0, 1.1, 0.9, 1.0, 1.0), (0.5,) * 6)
+    assert steady.median_wall == 1.0 and steady.drift() == 0.0 and steady.drift("cpu") == 0.0
+    slowing = Samples((1.0, 1.0, 1.5, 1.5, 2.0, 2.0), (0.5, 0.5, 0.5, 0.5, 1.0, 1.0))
+    assert slowing.drift() == pytest.approx(1.0) and slowing.drift("cpu") == pytest.approx(1.0)
+    assert Samples((1.0, 3.0), (1.0, 3.0)).drift() == 0.0  # under 3 passes: no thirds
+    assert run_factor(1.05, slowing, steady) == pytest.approx(1.05 * 1.5)  # the medians' ratio
+    record = slowing.record()
+    assert record["passes"] == 6 and record["median_wall_ms"] == pytest.approx(1500.0)
 
-    drifted = TripleDrift("light", 0, 1, 1.1, check(1.0), check(1.2))
-    assert drifted.change == pytest.approx(0.2) and drifted.cpu_change == pytest.approx(0.2)
+
+def test_the_reference_pass_is_left_out_of_the_runs_clock():
+    ref = Reference(tiny_target(), PassClocks(), every=1)
+    clock = ref.clock()
+    started = clock.start()
+    for _ in range(5):
+        ref.measure()
+    inside = clock.seconds(started, 0.0)  # what a step around them would have lasted
+    samples = ref.take()
+    assert len(samples.wall) == len(samples.cpu) == 5 and min(samples.wall) > 0
+    assert 0 <= inside < 0.5 * sum(samples.wall)
+    assert ref.take() == Samples((), ())  # taken: the next run starts afresh
+
+
+def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
+    def run(policy: str, k: float, drift: float) -> RunDrift:
+        ref = {"passes": 9, "median_wall_ms": 2.0, "median_cpu_ms": 1.0}
+        return RunDrift(policy, k, ref | {"drift": drift, "cpu_drift": drift / 2})
+
+    drifted = TripleDrift("light", 0, 1, (run("mtp1", 1.0, 0.02), run("dspark", 1.2, -0.2)))
+    assert drifted.change == pytest.approx(-0.2) and drifted.cpu_change == pytest.approx(-0.1)
     assert not drifted.within and not drifted.settled(reruns_left=RERUNS_TOTAL)
     assert drifted.settled(reruns_left=0)  # the study is out of re-runs: kept, drifted
-    again = TripleDrift("light", 0, 2, 1.32, check(1.2), check(0.9))
+    again = TripleDrift("light", 0, 2, (run("mtp1", 1.3, 0.15), run("dspark", 0.9, 0.0)))
     assert again.settled(RERUNS_TOTAL) and not again.within  # out of its re-runs: kept, drifted
-    fine = TripleDrift("light", 1, 1, 0.99, check(0.9), check(0.95))
+    fine = TripleDrift("light", 1, 1, (run("mtp1", 0.95, 0.05), run("dspark", 0.97, -0.1)))
     assert fine.within and fine.settled(reruns_left=0)
     v = verdict([drifted.record(kept=False), again.record(kept=True), fine.record(kept=True)])
-    assert not v["valid"] and v["reruns"] == 1 and v["check_wall_range"] == [0.9, 1.2]
+    assert not v["valid"] and v["reruns"] == 1 and v["pass_factor_range"] == [0.9, 1.3]
     text = "\n".join(report_drift(v))
     assert "**beyond**" in text and "(light seed 0)" in text and "1 triple re-run" in text
-    assert text.count("| light | 0 |") == 2 and "| re-run, drifted |" in text
+    assert text.count("| light | 0 |") == 4 and "| re-run, drifted |" in text
     assert "| kept, drifted |" in text and "| kept |" in text
     ok = verdict([fine.record(kept=True)])
     assert ok["valid"] and "every triple within the 10% tolerance" in "\n".join(report_drift(ok))
-    cal = EngineCalibration(1.05, 0.002, 0.0005, 0.0001, ())
-    moved = triple_calibration(cal, check(1.2), check(0.9))
-    assert moved.pass_factor == pytest.approx(1.05 * 0.9 / 1.2)
-    assert moved.per_step_s == cal.per_step_s and moved.per_token_s == cal.per_token_s
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
-    """The whole study, its passes timed by a fake clock that slows to half speed right after
-    the first triple: that triple drifts +100% and is re-run (priced by the check that caught
-    the drift), every other triple is within the tolerance."""
+    """The whole study, its passes timed by a fake clock that slows to half speed in the middle
+    of the first run: that triple drifts +100% within a run and is re-run, and every later run
+    is priced at twice the calibration's factor by its own reference passes, within the
+    tolerance."""
     ckpt, prompts, trace = inputs
     settings = Settings(
         ckpt,
@@ -348,6 +376,7 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
         max_new_tokens=8,
         target="tiny",
         profile_contexts=(16, 32),
+        reference_every=1,
     )
     out = tmp_path / "validation"
     lines: list[str] = []
@@ -355,8 +384,8 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
 
     def log(line: str) -> None:
         lines.append(line)
-        if line == "checking the machine after light seed 0":
-            fake.scale = 2.0
+        if line.startswith("[1/8] light seed 0 mtp1"):
+            fake.slow_down_in = 90  # about half way through the run's ~180 readings
 
     results = validate(settings, out, log=log, clocks=PassClocks(fake.wall, fake.cpu))
     saved = json.loads((out / "validation.json").read_text())
@@ -406,46 +435,46 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert (out / "calibration" / "dspark-8-real" / "texts.jsonl").exists()
     assert all(json.loads(x)["id"] in {"p0", "p2", "p4"} for x in
                (out / "prompts-calibration.jsonl").read_text().splitlines())  # fmt: skip
-    assert_drift_checked_beside_every_triple(out, comp["machine_drift"], cal, diagnostics)
+    assert_every_run_priced_by_its_own_reference(out, comp["machine_drift"], cal, diagnostics)
 
 
-def assert_drift_checked_beside_every_triple(out, drift, cal, diagnostics):
-    """The injected slow-down caught after light seed 0 and that triple re-run, each triple
-    priced with the factor of the check right before it, every attempt in the report."""
+def assert_every_run_priced_by_its_own_reference(out, drift, cal, diagnostics):
+    """The slow-down caught inside light seed 0's first run and that triple re-run; every
+    run priced with k x (its median reference pass) / (the calibration's), with its own
+    engine profiles; every attempt's runs in the report."""
     records = drift["triples"]
     assert [(r["load"], r["seed"], r["attempt"], r["kept"]) for r in records] == [
         ("light", 0, 1, False), ("light", 0, 2, True), ("light", 1, 1, True),
         ("moderate", 0, 1, True), ("moderate", 1, 1, True),
     ]  # fmt: skip
-    first = [t for t in cal["runs"] if t["requests"] == 2]  # the calibration's own check
-    assert records[0]["before"]["wall"] == pytest.approx(
-        sum(t["model_s"] for t in first) / sum(t["predicted_s"] for t in first)
-    )
     assert records[0]["change"] == pytest.approx(1.0, abs=0.25)  # the wall clock slowed 2x
     assert abs(records[0]["cpu_change"]) < 0.25 and not records[0]["within"]
-    for prev, r in zip(records, records[1:], strict=False):
-        assert r["before"] == prev["after"] and r["within"] and abs(r["change"]) <= 0.1
+    assert all(r["within"] and abs(r["change"]) <= 0.1 for r in records[1:])
     assert drift["valid"] and drift["reruns"] == 1
+    calibration = json.loads((out / "diagnostics.json").read_text())["meta"]
+    ref_cal = calibration["reference_calibration"]["median_wall_ms"]
     raw = read_profile(out / "profile.csv")
     tokens = np.where(raw["phase"] == "verify", raw["batch_tokens"], 0)
     extra = cal["per_step_s"] + cal["per_seq_s"] * raw["num_seqs"] + cal["per_token_s"] * tokens
     for r in records:
-        k = cal["pass_factor"] * r["before"]["wall"] / records[0]["before"]["wall"]
-        assert r["pass_factor"] == pytest.approx(k)
         folder = out / "runs" / r["load"] / f"s{r['seed']}{'-rerun' * (r['attempt'] - 1)}"
-        priced = read_profile(folder / "profile-engine.csv")  # the factor applied, its own
-        assert np.allclose(priced["latency_ms"], raw["latency_ms"] * k + 1e3 * extra, rtol=1e-5)
-        sim = json.loads((folder / "mtp1-trace" / "summary.json").read_text())
-        assert sim["spec"]["profile"] == str(folder / "profile-engine.csv")
-        assert (folder / "check" / "dspark-2-real" / "texts.jsonl").exists()
-    assert records[1]["pass_factor"] == pytest.approx(2 * records[0]["pass_factor"], rel=0.25)
+        for run in r["runs"]:
+            k = cal["pass_factor"] * run["reference"]["median_wall_ms"] / ref_cal
+            assert run["pass_factor"] == pytest.approx(k) and run["reference"]["passes"] >= 6
+            engine = folder / f"{run['policy']}-engine"
+            priced = read_profile(engine / "profile-engine.csv")  # the run's factor, its own
+            assert np.allclose(priced["latency_ms"], raw["latency_ms"] * k + 1e3 * extra, rtol=1e-5)
+            sim = json.loads((folder / f"{run['policy']}-trace" / "summary.json").read_text())
+            assert sim["spec"]["profile"] == str(engine / "profile-engine.csv")
+    for r in records[1:]:  # after the slow-down every pass, the reference's too, takes 2x
+        assert all(run["pass_factor"] == pytest.approx(2 * cal["pass_factor"]) for run in r["runs"])
     kept = {(r["load"], r["seed"]): r["folder"] for r in diagnostics["runs"]}
     assert kept[("light", 0)] == "runs/light/s0-rerun" and kept[("light", 1)] == "runs/light/s1"
     report = (out / "report.md").read_text()
     assert "every triple within the 10% tolerance; 1 triple re-run" in report
-    table = report.split("## Drift per triple")[1].split("\n\n")[1].splitlines()
-    assert len(table) == 2 + len(records) and "| light | 0 | 1 |" in table[2]
-    assert table[2].endswith("| re-run, drifted |") and table[3].endswith("| kept |")
+    table = report.split("## Drift per run")[1].split("\n\n")[1].splitlines()
+    assert len(table) == 2 + 2 * len(records) and "| light | 0 | 1 | mtp1 |" in table[2]
+    assert table[2].endswith("| re-run, drifted |") and table[4].endswith("| kept |")
 
 
 @pytest.mark.parametrize(

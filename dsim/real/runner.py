@@ -11,7 +11,7 @@ import pandas as pd
 
 from dsim.acceptance.calibration import parse_temperatures, read_calibration
 from dsim.acceptance.replay import RAW
-from dsim.engine.clock import CLOCKS
+from dsim.engine.clock import CLOCKS, ClockMaker
 from dsim.errors import InputError
 from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle
@@ -48,10 +48,10 @@ def profile_threads(sidecar: dict) -> int | None:
     return int(threads) if threads else None
 
 
-def check_options(spec: RunSpec, clock: str, has_drafter: bool) -> EngineInputs:
+def check_options(spec: RunSpec, clock: str | ClockMaker, has_drafter: bool) -> EngineInputs:
     """Read the engine's inputs and reject what real mode cannot do, before any model is
     loaded."""
-    if clock not in CLOCKS:
+    if isinstance(clock, str) and clock not in CLOCKS:
         raise InputError(None, None, f"--clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     engine = resolve_engine(spec)
     if isinstance(engine.policy.first, Oracle):
@@ -71,7 +71,7 @@ def run_real(
     target,
     drafter,
     prompts: str | Path,
-    clock: str = "profile",
+    clock: str | ClockMaker = "profile",
     max_new_tokens: int = 128,
     greedy: bool = False,
     progress: Callable[[int, int], None] | None = None,
@@ -80,7 +80,8 @@ def run_real(
     """Serve `spec`'s arrivals with real prompts, drafter and target under `spec.policy`.
 
     `clock` "profile" advances time by the profile's latency for each real batch
-    (deterministic); "wall" by the measured time of the step's passes. `spec.calibration` (an
+    (deterministic); "wall" by the measured time of the step's passes (or a caller's own
+    clock maker, e.g. a `WallClock` on a pausable time source). `spec.calibration` (an
     STS calibration JSON) calibrates the drafter's confidences before the policy sees them.
     `make_backend` builds the backend (tests and benchmarks wrap it to observe rounds).
     """

@@ -1,6 +1,7 @@
 """The calibration bursts: short bursts of trace-half prompts served for real before the
 measured runs, to calibrate the profiles to the engine (`dsim.validation.step_check`); the
-smallest of them are re-served beside every measured triple (`dsim.validation.drift`)."""
+reference passes timed during them are what every run's own are compared with
+(`dsim.validation.reference`)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def serve_bursts(bench: Bench, spec: RunSpec, n: int, folder: Path) -> list[Real
     for policy in s.policies:
         run = run_real(
             replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
-            bench.target, bench.drafter, bench.out / BURST_PROMPTS, "wall", s.max_new_tokens,
+            bench.target, bench.drafter, bench.out / BURST_PROMPTS, bench.clock, s.max_new_tokens,
             make_backend=bench.backend,
         )  # fmt: skip
         write_real_run(run, folder / f"{policy.replace(':', '')}-{n}-real")
@@ -73,6 +74,6 @@ def describe(cal: EngineCalibration) -> str:
         f"{1e3 * cal.per_step_s:.2f} ms + {1e3 * cal.per_seq_s:.3f} ms x R + "
         f"{1e3 * cal.per_token_s:.4f} ms x V ({sum(r['steps'] for r in cal.runs)} steps of "
         f"bursts of {' and '.join(map(str, CALIBRATION_BURSTS))} requests per policy, "
-        f"trace-half prompts); each triple simulated with k moved by its check burst "
-        f"(runs/LOAD/sSEED/{ENGINE_PROFILE}, {ENGINE_DRAFT_PROFILE})"
+        f"trace-half prompts); each run simulated with k moved by its reference passes "
+        f"(runs/LOAD/sSEED/POLICY-engine/{ENGINE_PROFILE}, {ENGINE_DRAFT_PROFILE})"
     )

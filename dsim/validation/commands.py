@@ -69,6 +69,12 @@ def validate_cmd(
     max_seqs: int = typer.Option(
         DEFAULTS.max_seqs, help="Concurrent requests cap.", rich_help_panel=RUNS
     ),
+    reference_every: int = typer.Option(
+        DEFAULTS.reference_every,
+        help="Verifies between reference passes: one pass of a fixed shape, timed inside "
+        "every real run (outside its clock) to price it with the core's speed of the moment.",
+        rich_help_panel=RUNS,
+    ),
 ) -> None:
     """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
     with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and
@@ -76,20 +82,11 @@ def validate_cmd(
     from dsim.validation.study import validate
 
     settings = Settings(
-        drafter=drafter,
-        acceptance=acceptance,
-        prompts=prompts,
-        profile=profile,
-        preset=preset,
-        policies=spec_grammar.items(policies),
-        loads=parse_loads(loads),
-        repeats=repeats,
-        requests=requests,
-        max_new_tokens=max_new_tokens,
-        max_seqs=max_seqs,
-        seed=seed,
-        target=target,
-    )
+        drafter=drafter, acceptance=acceptance, prompts=prompts, profile=profile, preset=preset,
+        policies=spec_grammar.items(policies), loads=parse_loads(loads), repeats=repeats,
+        requests=requests, max_new_tokens=max_new_tokens, max_seqs=max_seqs, seed=seed,
+        target=target, reference_every=reference_every,
+    )  # fmt: skip
     validate(settings, out, log=lambda line: typer.echo(line, err=True))
 
 

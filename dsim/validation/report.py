@@ -52,10 +52,10 @@ def report_markdown(
 
 
 def _drift(drift: dict) -> list[str]:
-    """The verdict, then every attempt at a triple: the factor it was priced with, its checks
-    before and after on both clocks, its own drift."""
+    """The verdict, then every run of every attempt at a triple: the factor it was priced with,
+    its reference passes and their drift within it on both clocks."""
     tol, records = drift["tolerance"], drift["triples"]
-    low, high = drift["check_wall_range"]
+    low, high = drift["pass_factor_range"]
     bad = [f"{r['load']} seed {r['seed']}" for r in records if r["kept"] and not r["within"]]
     verdict = (
         f"every triple within the {tol:.0%} tolerance"
@@ -66,11 +66,11 @@ def _drift(drift: dict) -> list[str]:
     reruns = drift["reruns"]
     lines = [
         "",
-        f"Machine drift, checked beside every triple: {verdict}; {reruns} triple"
-        f"{'' if reruns == 1 else 's'} re-run. The checks' pass factor ranged "
-        f"{low:.4f}-{high:.4f} over the run ({_pct(high / low - 1)}).",
+        f"Machine drift, measured inside every run: {verdict}; {reruns} triple"
+        f"{'' if reruns == 1 else 's'} re-run. The runs' pass factors ranged "
+        f"{low:.4f}-{high:.4f} over the study ({_pct(high / low - 1)}).",
         "",
-        "## Drift per triple (pass factor of the check bursts before and after it)",
+        "## Drift per run (reference passes timed inside it)",
         "",
     ]
     rows = [
@@ -78,22 +78,25 @@ def _drift(drift: dict) -> list[str]:
             r["load"],
             str(r["seed"]),
             str(r["attempt"]),
-            f"{r['pass_factor']:.4f}",
-            f"{r['before']['wall']:.4f}",
-            f"{r['after']['wall']:.4f}",
-            _pct(r["change"]),
-            _pct(r["cpu_change"]),
-            f"{r['after']['wall'] / r['after']['cpu']:.3f}",
+            run["policy"],
+            f"{run['pass_factor']:.4f}",
+            str(run["reference"]["passes"]),
+            f"{run['reference']['median_wall_ms']:.2f}",
+            _pct(run["reference"]["drift"]),
+            _pct(run["reference"]["cpu_drift"]),
+            f"{run['reference']['median_wall_ms'] / run['reference']['median_cpu_ms']:.3f}",
             ("kept" if r["kept"] else "re-run") + ("" if r["within"] else ", drifted"),
         ]
         for r in records
+        for run in r["runs"]
     ]
-    header = ["load", "seed", "attempt", "priced k", "check before", "after", "drift"]
-    header += ["drift (CPU clock)", "wall/CPU after", "status"]
+    header = ["load", "seed", "attempt", "policy", "priced k", "reference passes"]
+    header += ["median ms", "drift", "drift (CPU clock)", "wall/CPU", "triple"]
     note = (
-        "Each triple is priced with k x (check before) / (the calibration's own check) and "
-        "re-run once if its drift, (check after) / (check before) - 1, is beyond the "
-        "tolerance. The checks time the passes on two clocks: wall time, which prices and "
+        "Each run is priced with k x (its median reference pass) / (the calibration's median "
+        "reference pass); a run's drift is the median reference pass of its last third over "
+        "its first third, minus 1, and a triple with a run beyond the tolerance is re-run "
+        "once. The reference passes are timed on two clocks: wall time, which prices and "
         "judges (it sees everything, other processes' preemption included), and the thread's "
         "CPU time, which leaves out preemption and waits but sees a slower core (frequency, "
         "shared cache and memory pressure). Wall/CPU near 1: the passes had a core of their "

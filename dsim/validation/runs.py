@@ -1,12 +1,12 @@
-"""One measured run: real mode with the wall clock, then its trace- and preset-driven
-simulations on the workload it actually served."""
+"""One measured run: real mode with the wall clock, priced by the reference passes timed
+inside it, then its trace- and preset-driven simulations on the workload it actually served."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,10 @@ from dsim.run import RunResult, run_engine, write_run
 from dsim.run_inputs import resolve_engine
 from dsim.run_spec import RunSpec
 from dsim.validation.bench import Bench
+from dsim.validation.bursts import write_engine_profiles
+from dsim.validation.drift import RunDrift
 from dsim.validation.figures import METRICS
+from dsim.validation.reference import Samples, run_factor
 from dsim.validation.step_check import (
     EngineCalibration,
     priced_steps,
@@ -53,36 +56,62 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     return out
 
 
+@dataclass(frozen=True)
+class Pricing:
+    """What every run of a study is priced from: the calibration, the reference passes timed
+    during it, and the raw profiles the factor applies to (`dsim.validation.reference`)."""
+
+    cal: EngineCalibration
+    reference: Samples
+    raw: RunSpec
+
+    def for_run(self, samples: Samples, folder: Path) -> tuple[EngineCalibration, RunSpec]:
+        """The run's own calibration (k moved by its reference passes) and the spec of its
+        engine-calibrated profiles, written to `folder`."""
+        factor = run_factor(self.cal.pass_factor, samples, self.reference)
+        cal = replace(self.cal, pass_factor=factor)
+        folder.mkdir(parents=True, exist_ok=True)
+        return cal, write_engine_profiles(cal, self.raw, folder)
+
+
 def one_run(
     bench: Bench,
     spec: RunSpec,
     prompts: Path,
     trace: str,
     folder: Path,
-    cal: EngineCalibration,
-) -> tuple[dict, dict[str, dict[str, float]], dict[str, float]]:
-    """One real run and its two simulations (with the engine-calibrated profiles of `spec`):
-    run info, metrics per kind, attribution parts."""
+    pricing: Pricing,
+) -> tuple[dict, dict[str, dict[str, float]], dict[str, float], RunDrift]:
+    """One real run (scheduled with the study's engine profiles, `spec`), priced by the
+    reference passes timed inside it, and its two simulations on those prices: run info,
+    metrics per kind, attribution parts and its drift."""
     s = bench.settings
     name = spec.policy.replace(":", "")
+    bench.reference.take()  # only this run's passes price it
     load_before, start_utc, t0 = os.getloadavg(), utc(), time.perf_counter()
     run = run_real(
-        spec, bench.target, bench.drafter, prompts, "wall", s.max_new_tokens,
+        spec, bench.target, bench.drafter, prompts, bench.clock, s.max_new_tokens,
         make_backend=bench.backend,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost))
+    samples = bench.reference.take()
+    cal, engine = pricing.for_run(samples, folder / f"{name}-engine")
+    priced = priced_steps(run, Path(engine.profile), Path(engine.draft_cost))
     write_real_run(run, folder / f"{name}-real", priced)
     measured = {"real": run_metrics(run.result)}
     work = realized(run)
     for kind, source in (("trace", trace), ("preset", s.preset)):
         calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
-        sim_spec = replace(spec, acceptance=source, calibration=calibration)
+        sim_spec = replace(
+            spec, acceptance=source, calibration=calibration,
+            profile=engine.profile, draft_cost=engine.draft_cost,
+        )  # fmt: skip
         backend = Simulated(parse_acceptance(source, spec.gamma, calibration))
         sim = run_engine(resolve_engine(sim_spec), work, backend)
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
     check = step_model_check(priced)
+    drift = RunDrift(spec.policy, cal.pass_factor, samples.record())
     info = {
         "start_utc": start_utc,
         "wall_s": wall,
@@ -92,8 +121,10 @@ def one_run(
         "passes_wall_s": run.backend.model_s,
         "passes_cpu_s": run.backend.model_cpu_s,
         "step_model": check,
+        "pass_factor": cal.pass_factor,
+        "reference": drift.reference,
     }
-    return info, measured, _parts(run, measured, check, cal)
+    return info, measured, _parts(run, measured, check, cal), drift
 
 
 def _parts(

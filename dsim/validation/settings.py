@@ -37,10 +37,11 @@ class Settings:
     seed: int = 0
     target: str = SMOLLM2
     profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
+    reference_every: int = 8  # verifies between reference passes (`dsim.validation.reference`)
 
     def check(self) -> None:
         """Everything that can be refused before a model is loaded or a file written."""
-        for name in ("repeats", "requests", "max_new_tokens", "max_seqs"):
+        for name in ("repeats", "requests", "max_new_tokens", "max_seqs", "reference_every"):
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
         if self.seed < 0:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -66,20 +66,43 @@ class PassClocks:
     cpu: Callable[[], float] = time.thread_time
 
 
+class ReferencePass(Protocol):
+    """What the backend needs of a reference (`dsim.validation.reference.Reference`)."""
+
+    every: int
+
+    def measure(self) -> None: ...
+
+
 class TimedBackend(RealBackend):
     """The real backend, timing its model passes (drafter draft, target forward, LM head and
     softmax) on both `PassClocks`: the rest of a wall-clock step is the engine's and backend's
-    own overhead."""
+    own overhead. With a `reference` (`dsim.validation.reference`), every `reference.every`-th
+    verify first times a reference pass, outside the run's clock."""
 
-    def __init__(self, *args, clocks: PassClocks = PassClocks(), **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        clocks: PassClocks = PassClocks(),
+        reference: ReferencePass | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.clocks = clocks
+        self.clocks, self.reference, self.verifies = clocks, reference, 0
         self.model_s = self.model_cpu_s = 0.0
         forward, probs = self.passes.forward, self.passes.probs
         self.passes.forward = lambda *a, **k: self.timed(forward, *a, **k)
         self.passes.probs = lambda *a, **k: self.timed(probs, *a, **k)
         if self.drafter is not None:
             self.drafter = _TimedDrafter(self.drafter, self)
+
+    def verify(
+        self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.verifies += 1
+        if self.reference is not None and self.verifies % self.reference.every == 0:
+            self.reference.measure()
+        return super().verify(idx, lengths, truth)
 
     def timed(self, fn, *args, **kwargs):
         wall, cpu = self.clocks.wall(), self.clocks.cpu()

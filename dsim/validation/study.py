@@ -7,9 +7,9 @@ on this machine right before the real runs (unless a profile is given), and so i
 calibrate the profiles to the engine (`dsim.validation.bursts`, `dsim.validation.step_check`:
 a factor on the passes and an overhead per step that grows with its sequences and verify
 tokens, which the rate rule uses). The runs go a triple (load, seed: one run per policy) at a
-time, each priced with the pass factor of the check bursts served right before it and checked
-by those right after it; a triple that drifted beyond the tolerance is re-run
-(`dsim.validation.drift`).
+time, each run priced with the calibration's factor moved by the reference passes timed inside
+it (`dsim.validation.reference`); a triple with a run whose reference drifted within it beyond
+the tolerance is re-run (`dsim.validation.drift`).
 Each load (a target busy fraction under `mtp1`; its rate from the simulator by the stated
 rule) is repeated with different seeds (arrivals and sampling) and different served prompts
 (repeat k starts k x requests prompts further into the served half), and each repeat serves
@@ -45,17 +45,8 @@ from dsim.validation.bursts import (
     ENGINE_PROFILE,
     calibrate_engine,
     describe,
-    write_engine_profiles,
 )
-from dsim.validation.drift import (
-    RERUNS_TOTAL,
-    Check,
-    TripleDrift,
-    calibration_check,
-    measure_check,
-    triple_calibration,
-    verdict,
-)
+from dsim.validation.drift import RERUNS_TOTAL, TripleDrift, verdict
 from dsim.validation.figures import attribution, comparisons, validation_json
 from dsim.validation.plan import (
     arrivals_spec,
@@ -69,16 +60,16 @@ from dsim.validation.plan import (
 )
 from dsim.validation.profiles import measure_profiles
 from dsim.validation.report import report_markdown
-from dsim.validation.runs import one_run, utc
+from dsim.validation.runs import Pricing, one_run, utc
 from dsim.validation.settings import Settings
-from dsim.validation.step_check import EngineCalibration, PassClocks
+from dsim.validation.step_check import PassClocks
 
 
 def validate(
     s: Settings, out: Path, log: Callable[[str], None] = print, clocks: PassClocks = PassClocks()
 ) -> dict:
     """Every load x repeat x policy: a real run and its trace and preset simulations, each
-    triple priced and checked by the bursts beside it (`dsim.validation.drift`); writes the
+    run priced by the reference passes inside it (`dsim.validation.reference`); writes the
     runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
     Input errors are raised before anything is written. `clocks` time the model passes."""
     s.check()
@@ -108,8 +99,11 @@ def validate(
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
     phases.mark("load and profile")
+    bench.reference.take()
     cal = calibrate_engine(bench, raw, trace_prompts(prompts))
+    pricing = Pricing(cal, bench.reference.take(), raw)
     meta["engine_calibration"] = describe(cal)
+    meta["reference_calibration"] = pricing.reference.record()
     phases.mark("calibrate")
     seeds = [s.seed + k for k in range(s.repeats)]
     expected_out = generated_lengths(half, s.max_new_tokens)
@@ -118,10 +112,10 @@ def validate(
     )
     plan = plan_loads(bench, base, str(trace_file), seeds, prompt_lengths, expected_out)
     phases.mark("rate rule")
-    measured, records = serve_all(bench, raw, plan, seeds, served, str(trace_file), cal)
-    phases.mark("triples (runs, simulations, checks)")
+    measured, records = serve_all(bench, base, plan, seeds, served, str(trace_file), pricing)
+    phases.mark("triples (runs and simulations)")
     meta["wall_time"] = _clock(time.perf_counter() - bench.started)
-    meta["time_by_phase"] = phases.describe(sum(r["after"]["seconds"] for r in records))
+    meta["time_by_phase"] = phases.describe()
     return write_results(bench, meta, plan, measured, verdict(records))
 
 
@@ -135,9 +129,8 @@ class _Phases:
         now = time.perf_counter()
         self.seconds[phase], self.last = now - self.last, now
 
-    def describe(self, check_s: float) -> str:
-        parts = [f"{phase} {_clock(t)}" for phase, t in self.seconds.items()]
-        return ", ".join(parts) + f" (of which the checks {_clock(check_s)})"
+    def describe(self) -> str:
+        return ", ".join(f"{phase} {_clock(t)}" for phase, t in self.seconds.items())
 
 
 def machine() -> dict[str, str | int]:
@@ -202,17 +195,18 @@ def plan_loads(
 
 def serve_all(
     bench: Bench,
-    raw: RunSpec,
+    base: RunSpec,
     plan: dict[str, dict[str, float]],
     seeds: list[int],
     served: list[Prompt],
     trace: str,
-    cal: EngineCalibration,
+    pricing: Pricing,
 ) -> tuple[tuple[list[dict], list[dict], list[dict]], list[dict]]:
-    """Every load x repeat x policy (`one_run`), a triple (load, seed) at a time, each priced
-    by the check before it, checked after it and re-run if it drifted (`dsim.validation.drift`):
-    (metric rows, run info, attribution parts) of the kept attempts, and every attempt's
-    drift record."""
+    """Every load x repeat x policy (`one_run`), a triple (load, seed) at a time, each run
+    priced by its own reference passes and a triple re-run if a run drifted within itself
+    (`dsim.validation.drift`): (metric rows, run info, attribution parts) of the kept
+    attempts, and every attempt's drift record. `base` schedules the real runs (the study's
+    engine profiles)."""
     s, out = bench.settings, bench.out
     repeat_files = []
     for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
@@ -222,7 +216,6 @@ def serve_all(
     kept: tuple[list[dict], list[dict], list[dict]] = ([], [], [])
     records: list[dict] = []
     progress = _Progress(bench, len(s.loads) * len(seeds) * len(s.policies))
-    first = before = calibration_check(cal)
     reruns_left = RERUNS_TOTAL
     for name, _ in s.loads:
         rate = plan[name]["rate"]
@@ -235,10 +228,9 @@ def serve_all(
                     bench.log(f"{name} seed {seed} drifted {attempts[-1].change:+.1%}: re-run")
                 key = (name, seed, len(attempts) + 1)
                 triple, drift = serve_triple(
-                    bench, raw, cal, (first, before), key, rate, (prompt_file, trace), progress
+                    bench, base, pricing, key, rate, (prompt_file, trace), progress
                 )
                 attempts.append(drift)
-                before = drift.after
             records += [a.record(kept=a is attempts[-1]) for a in attempts]
             for part, got in zip(kept, triple, strict=True):
                 part += got
@@ -247,50 +239,42 @@ def serve_all(
 
 def serve_triple(
     bench: Bench,
-    raw: RunSpec,
-    cal: EngineCalibration,
-    checks: tuple[Check, Check],
+    base: RunSpec,
+    pricing: Pricing,
     key: tuple[str, int, int],
     rate: float,
     inputs: tuple[Path, str],
     progress: _Progress,
 ) -> tuple[tuple[list[dict], list[dict], list[dict]], TripleDrift]:
     """One attempt (`key`: load, seed, attempt) at a triple on `inputs` (the repeat's prompt
-    file, the trace half): its profiles priced by the checks (the first, the one right before
-    it), every policy's run (`one_run`), then the check after it. (Metric rows, run info,
-    attribution parts) and its drift."""
+    file, the trace half): every policy's run (`one_run`), each priced by its own reference
+    passes. (Metric rows, run info, attribution parts) and its drift."""
     s, (load, seed, attempt) = bench.settings, key
     folder = bench.out / "runs" / load / f"s{seed}{'-rerun' * (attempt - 1)}"
-    priced = triple_calibration(cal, *checks)
-    spec = replace(
-        write_engine_profiles(priced, raw, folder),
-        trace=arrivals_spec(rate, s.requests, s.max_new_tokens),
-        seed=seed,
-    )
-    rows, runs, parts = [], [], []
+    spec = replace(base, trace=arrivals_spec(rate, s.requests, s.max_new_tokens), seed=seed)
+    rows, runs, parts, drifts = [], [], [], []
     for policy in s.policies:
         bench.log(progress.line(f"{load} seed {seed} {policy}"))
         prompts, trace = inputs
-        info, measured, part = one_run(
-            bench, replace(spec, policy=policy), prompts, trace, folder, priced
+        info, measured, part, drift = one_run(
+            bench, replace(spec, policy=policy), prompts, trace, folder, pricing
         )
         tags = {"load": load, "seed": seed, "policy": policy}
         rows += [{**tags, "kind": kind, **m} for kind, m in measured.items()]
         runs.append({**tags, "folder": str(folder.relative_to(bench.out)), **info})
         parts.append({**tags, **part})
-    bench.log(f"checking the machine after {load} seed {seed}")
-    after = measure_check(bench, raw, folder / "check")
-    drift = TripleDrift(load, seed, attempt, priced.pass_factor, checks[1], after)
+        drifts.append(drift)
+    triple = TripleDrift(load, seed, attempt, tuple(drifts))
     bench.log(
-        f"{load} seed {seed}: drift {drift.change:+.1%} on the wall clock, "
-        f"{drift.cpu_change:+.1%} on the CPU clock (check {checks[1].wall:.4f} -> {after.wall:.4f})"
+        f"{load} seed {seed}: largest drift within a run {triple.change:+.1%} on the wall "
+        f"clock, {triple.cpu_change:+.1%} on the CPU clock"
     )
-    return (rows, runs, parts), drift
+    return (rows, runs, parts), triple
 
 
 class _Progress:
     """`[k/n] what (elapsed, ~ETA left)`: the ETA extrapolates the triples so far (their
-    checks included), not the set-up; n grows by a triple's runs when it is re-run."""
+    simulations included), not the set-up; n grows by a triple's runs when it is re-run."""
 
     def __init__(self, bench: Bench, total: int) -> None:
         self.bench, self.total, self.done = bench, total, 0

@@ -23,15 +23,16 @@ quiet() {
 # 17). validate first profiles the target and the drafter on this machine (1 torch thread, real
 # mode's own pass) into OUT, then calibrates them to the engine (bursts of 2 and 8 requests per
 # policy on the trace half's prompts: pass factor and overhead per step a + b R + c V), and
-# simulates real mode's mixed steps as two passes; it re-serves the bursts of 2 after every
-# (load, seed) triple, prices each triple by the check before it and re-runs a triple that
-# drifted beyond 10% once (at most 3 re-runs a study). v18-v20 are three consecutive default runs
-# (the three-quiet-runs target), each after its own wait for a quiet machine. v2-v10 are the earlier reports (v5: no engine calibration; v6:
+# simulates real mode's mixed steps as two passes; every 8th verify of a real run times one
+# reference pass of a fixed shape outside the run's clock, each run is priced by its own
+# reference passes, and a triple with a run that drifted beyond 10% within it is re-run once (at
+# most 3 re-runs a study). v20-v22 are three consecutive default runs
+# (the three-quiet-runs target), each after its own wait for a quiet machine. v18-v19 priced each triple by a check of bursts before it; v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
 # profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
 # profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
 # warm-up passes per point).
-for v in v18 v19 v20; do
+for v in ${RUNS:-v20 v21 v22}; do
   quiet
   $DSIM validate --out "experiments/validation/$v"
 done

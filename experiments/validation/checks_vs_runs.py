@@ -5,7 +5,9 @@ by the check before it). Afterwards the runs' own factor can be read back: their
 the model passes over the raw profiles' prediction for their own steps (target and drafter).
 This script puts the two side by side per triple, with what the check before alone, the check
 after alone and their mean would have priced, so a pricing rule can be judged on past reports
-before a new one is committed (it never feeds back into a report).
+before a new one is committed (it never feeds back into a report). For reports priced by
+reference passes (v20 on) it sets each run's own factor beside its reference-priced k and the
+calibration's k alone.
 
 The raw prediction of a run comes from its `steps.csv`: predicted_s = k x raw + o, where o is
 the calibration's overhead a + b R + c V (V = batch tokens - prefill tokens, as the fit counts
@@ -38,11 +40,15 @@ def run_factor(folder: Path, policy: str, run: dict, k: float, engine: dict) -> 
     return run["passes_wall_s"], raw
 
 
+def _drift_records(report: Path) -> list[dict]:
+    return json.loads((report / "comparison.json").read_text())["machine_drift"]["triples"]
+
+
 def triples(report: Path) -> pd.DataFrame:
     """One row per triple attempt: priced k, checks, and the runs' own factor."""
     engine = json.loads((report / "calibration" / "engine.json").read_text())
     runs = json.loads((report / "diagnostics.json").read_text())["runs"]
-    drift = json.loads((report / "comparison.json").read_text())["machine_drift"]["triples"]
+    drift = _drift_records(report)
     rows = []
     for t in drift:
         name = f"s{t['seed']}{'-rerun' * (t['attempt'] - 1)}"
@@ -63,12 +69,37 @@ def triples(report: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reference_runs(report: Path) -> pd.DataFrame:
+    """Reports priced by reference passes (v20 on): one row per kept run, its own factor, the
+    error of its reference-priced k and of the calibration's k alone (no tracking)."""
+    engine = json.loads((report / "calibration" / "engine.json").read_text())
+    rows = []
+    for r in json.loads((report / "diagnostics.json").read_text())["runs"]:
+        passes, raw = run_factor(report / r["folder"], r["policy"], r, r["pass_factor"], engine)
+        factor = passes / raw
+        rows.append({
+            "report": report.name, "load": r["load"], "seed": r["seed"], "policy": r["policy"],
+            "runs": factor, "reference": r["pass_factor"] / factor - 1,
+            "calibration": engine["pass_factor"] / factor - 1,
+            "drift": r["reference"]["drift"],
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
-    table = pd.concat([triples(Path(arg)) for arg in sys.argv[1:]], ignore_index=True)
-    cols = ["priced", "before", "after", "mean"]
+    reports = [Path(arg) for arg in sys.argv[1:]]
+    by_reference = ["runs" in _drift_records(r)[0] for r in reports]
+    if any(by_reference) and not all(by_reference):
+        sys.exit("give reports of one kind: checks beside triples (v17-v19) or references (v20-)")
+    reader, cols = (
+        (reference_runs, ["reference", "calibration"])
+        if all(by_reference)
+        else (triples, ["priced", "before", "after", "mean"])
+    )
+    table = pd.concat([reader(r) for r in reports], ignore_index=True)
     shown = table.copy()
     shown["runs"] = shown["runs"].map("{:.3f}".format)
-    for c in cols:
+    for c in [*cols, "drift"] if "drift" in shown else cols:
         shown[c] = shown[c].map("{:+.1%}".format)
     print(markdown_table(list(shown.columns), shown.astype(str).values.tolist()))
     print("\nmean |error| of each rule (the runs' own factor as truth):")

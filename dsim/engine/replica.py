@@ -5,12 +5,14 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
 to the step) and the backend again for the accepted drafts (told back to the policy's
-`observe`), (4) adds a chunk of prefill work (an engine that schedules prefill first runs it in
-a step of its own, with no decode round), and (5) takes one step latency before committing the
-tokens, as its clock says (`dsim.engine.clock`: the profile's latency for the step's verify and
-prefill work plus the drafter's passes, `LatencyModel.step` and `DraftCost`, or the measured
-wall time of a real-model step). The backend reports what each request emitted and whether it
-emitted an end-of-sequence token; the engine alone applies output caps and ends requests.
+`observe`; plain decoding, a policy that does not draft, asks the backend for its one token a
+request instead, `Backend.plain`), (4) adds a chunk of prefill work (an engine that schedules
+prefill first runs it in a step of its own, with no decode round), and (5) takes one step
+latency before committing the tokens, as its clock says (`dsim.engine.clock`: the profile's
+latency for the step's verify and prefill work plus the drafter's passes, `LatencyModel.step`
+and `DraftCost`, or the measured wall time of a real-model step). The backend reports what each
+request emitted and whether it emitted an end-of-sequence token; the engine alone applies
+output caps and ends requests.
 
 Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
 request's KV has been transferred) and results go to a `Records` object, which every replica

@@ -45,6 +45,11 @@ def specs() -> dict[str, dict]:
         "acceptance": "iid:0.7",
         "seed": 3,
     }
+    # Plain decoding as benchmarks/vs_vidur.py runs it: Sarathi-style chunked prefill under a
+    # step token budget, KV pressure forcing preemption.
+    sarathi = {"max_num_batched_tokens": 2048, "prefill_chunk": 2048, "prefill_mixing": "mixed"}
+    out["sarathi-ar"] = {"trace": PRESSURE, "policy": "ar", "max_seqs": 128, **sarathi}
+    out["sarathi-preempt-ar"] = {**out["sarathi-ar"], "kv_tokens": 40_000}
     # Clusters: a router that reads replica state at each arrival, and the prefill -> decode
     # hand-off over the KV link (replicas must not run past another's event).
     cluster = {"trace": AZURE, "window": "0:240"}
@@ -52,6 +57,8 @@ def specs() -> dict[str, dict]:
     out["replicas2-round-robin-fixed:3"] = {**cluster, "replicas": 2, "policy": "fixed:3"}
     out["disagg1:1-dspark"] = {**cluster, "disagg": "1:1"}
     out["disagg1:1-threshold"] = {**cluster, "disagg": "1:1", "policy": "threshold:0.5"}
+    out["replicas2-least-loaded-ar"] = {**out["replicas2-least-loaded-dspark"], "policy": "ar"}
+    out["disagg1:1-ar"] = {**cluster, "disagg": "1:1", "policy": "ar"}
     return out
 
 

@@ -35,6 +35,8 @@ Vidur 0.0.26 imports torch only in its GPU profiling scripts, so torch is not in
 Setup (once): .venv/bin/python benchmarks/vs_vidur.py --setup  (a venv in benchmarks/.vidur-venv
 with `pip install vidur==0.0.26`; the cache and inputs go to benchmarks/.vidur-cache).
 Run: .venv/bin/python benchmarks/vs_vidur.py [--rounds 2]. Target: dsim >= 10x faster warm.
+`--inputs` only writes the cut trace and dsim's Llama-2-7B profile to the cache (no Vidur
+needed), for timing dsim's side alone (benchmarks/bench_sim.py's docstring).
 """
 
 from __future__ import annotations
@@ -238,17 +240,23 @@ def show(round_: str, side: str, r: dict) -> None:
           f"simulated {r['sim_end_s']:,.0f} s  [load {load}]", flush=True)  # fmt: skip
 
 
-def compare(rounds: int) -> None:
-    if not (VENV / "bin/python").exists():
-        sys.exit(f"no Vidur venv at {VENV}: run `{sys.argv[0]} --setup` first")
+def inputs() -> tuple[dict[str, Path], Path, int]:
+    """Both sides' inputs in the cache: the paths, dsim's Llama-2-7B profile, its KV tokens."""
     CACHE.mkdir(parents=True, exist_ok=True)
     paths = write_inputs(CACHE) | {"mlp": MLP}
     profile, kv = llama2_profile(paths, CACHE)
+    print(f"KV cache on both Llama-2-7B sides: {kv:,} tokens")
+    return paths, profile, kv
+
+
+def compare(rounds: int) -> None:
+    if not (VENV / "bin/python").exists():
+        sys.exit(f"no Vidur venv at {VENV}: run `{sys.argv[0]} --setup` first")
+    paths, profile, kv = inputs()
     like = ["--trace", str(paths["azure"]), "--profile", str(profile), "--kv-tokens", str(kv),
             "--max-seqs", str(BATCH_CAP), "--prefill-mixing", "mixed",
             "--max-num-batched-tokens", str(BUDGET), "--prefill-chunk", str(BUDGET)]  # fmt: skip
     h200 = ["--trace", str(TRACE), "--profile", str(PROFILE_2023)]
-    print(f"KV cache on both Llama-2-7B sides: {kv:,} tokens")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="vs_vidur.") as t:
         tmp = Path(t)
@@ -281,8 +289,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="warm rounds after the discarded")
     parser.add_argument("--setup", action="store_true", help=f"create {VENV.name} with {VIDUR}")
+    parser.add_argument("--inputs", action="store_true", help=f"only write the inputs to {CACHE}")
     args = parser.parse_args()
-    setup() if args.setup else compare(args.rounds)
+    if args.setup:
+        setup()
+    elif args.inputs:
+        inputs()
+    else:
+        compare(args.rounds)
 
 
 if __name__ == "__main__":

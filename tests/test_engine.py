@@ -202,6 +202,47 @@ def test_synthetic_gamma_arrivals_are_bursty():
     assert len(w) / w.arrival_s[-1] == pytest.approx(10, rel=0.03)
 
 
+def test_plain_decoding_draws_nothing_and_asks_no_policy(flat):
+    """`ar` runs no drafter, so a round verifies no draft: the engine neither draws from the
+    acceptance model nor asks the policy for lengths, and each request emits one token a round
+    (the first comes from prefill)."""
+    from dsim.acceptance.sources import parse_acceptance
+    from dsim.engine.backend import Simulated
+    from dsim.run import run_engine
+    from dsim.run_inputs import resolve_engine
+    from dsim.workload import Workload
+
+    def refuse(*args):
+        raise AssertionError("asked during plain decoding")
+
+    backend = Simulated(parse_acceptance("iid:1.0", 3))
+    backend.draw = refuse
+    inputs = resolve_engine(RunSpec(profile=flat, policy="ar", gamma=3))
+    inputs.policy.first.lengths = refuse  # the one replica's policy
+    workload = Workload(np.zeros(3), np.array([10, 20, 30]), np.array([5, 40, 1]), "test")
+    req = run_engine(inputs, workload, backend).requests
+    assert req["output_tokens"].tolist() == [5, 40, 1]
+    assert req["rounds"].tolist() == [4, 39, 0]
+    assert (req["verified_drafts"] == 0).all() and (req["accepted_drafts"] == 0).all()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 128])
+def test_a_plain_round_is_a_verify_of_no_drafts(rows):
+    """`Simulated.plain` reports what `verify` with zero lengths does, whatever the truth."""
+    from dsim.acceptance.sources import parse_acceptance
+    from dsim.engine.backend import Simulated
+
+    backend = Simulated(parse_acceptance("iid:0.5", 7))
+    rng = np.random.default_rng(rows)
+    idx = np.arange(rows)
+    truth = rng.integers(0, 8, rows)
+    emitted, accepted, stop = backend.verify(idx, np.zeros(rows, np.int64), truth)
+    plain = backend.plain(idx, rng)
+    assert plain[2] is stop is None
+    assert plain[0].dtype == emitted.dtype and np.array_equal(plain[0], emitted)
+    assert plain[1].dtype == accepted.dtype and np.array_equal(plain[1], accepted)
+
+
 def test_backend_stop_flag_ends_a_request_early(tmp_path, flat):
     """A backend's end-of-sequence flag ends a request before its cap; counts stay exact."""
     from dsim.acceptance.sources import parse_acceptance

@@ -79,6 +79,13 @@ def test_the_cli_loads_without_transformers():
     assert type(zoo.load_config("qwen3-8b")).__name__ == "Qwen3Config"  # built on demand
 
 
+def test_the_cli_loads_without_matplotlib():
+    """Only the commands that draw import matplotlib (~0.4 s of every other command)."""
+    code = "import dsim.cli, sys; print(any(m.startswith('matplotlib') for m in sys.modules))"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "False"
+
+
 def test_config_json_by_path(tiny_json):
     config = zoo.load_config(str(tiny_json))
     assert (config.hidden_size, zoo.head_dim(config)) == (32, 8)

@@ -36,6 +36,12 @@ class Backend(Protocol):
         the backend measured them: an end-of-sequence token may itself be an accepted draft)
         and end-of-sequence flags (None: none)."""
 
+    def plain(
+        self, idx: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """A plain-decoding round (a policy that does not draft): what `verify` with zero
+        lengths reports, without the engine asking for confidences first."""
+
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """This step's prefill chunks: `tokens[k]` more tokens of request idx[k]'s context;
         `done[k]` when the chunk completes it. Flags the completed requests (those with done,
@@ -53,11 +59,24 @@ class Simulated:
         self.gamma = source.gamma
         self.bind = source.bind
         self.draw = source.draw
+        self._plain: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (ones, zeros)
 
     def verify(
         self, idx: np.ndarray, lengths: np.ndarray, truth: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, None]:
         emitted, accepted = simulated_verify(truth, lengths)
+        return emitted, accepted, None
+
+    def plain(
+        self, idx: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, None]:
+        """One token a request and no draft accepted: the acceptance model is not drawn, since
+        no draft is verified (the same arrays for every round of a batch size: the engine
+        only reads them)."""
+        rows = len(idx)
+        if rows not in self._plain:
+            self._plain[rows] = np.ones(rows, np.int64), np.zeros(rows, np.int64)
+        emitted, accepted = self._plain[rows]
         return emitted, accepted, None
 
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> None:

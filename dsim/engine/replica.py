@@ -5,12 +5,14 @@ Each step the replica (1) admits queued requests FCFS under --max-seqs and the p
 admitted request by recompute if it must, (3) asks the backend for the running requests'
 confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
 to the step) and the backend again for the accepted drafts (told back to the policy's
-`observe`), (4) adds a chunk of prefill work (an engine that schedules prefill first runs it in
-a step of its own, with no decode round), and (5) takes one step latency before committing the
-tokens, as its clock says (`dsim.engine.clock`: the profile's latency for the step's verify and
-prefill work plus the drafter's passes, `LatencyModel.step` and `DraftCost`, or the measured
-wall time of a real-model step). The backend reports what each request emitted and whether it
-emitted an end-of-sequence token; the engine alone applies output caps and ends requests.
+`observe`; plain decoding, a policy that does not draft, asks the backend for its one token a
+request instead, `Backend.plain`), (4) adds a chunk of prefill work (an engine that schedules
+prefill first runs it in a step of its own, with no decode round), and (5) takes one step
+latency before committing the tokens, as its clock says (`dsim.engine.clock`: the profile's
+latency for the step's verify and prefill work plus the drafter's passes, `LatencyModel.step`
+and `DraftCost`, or the measured wall time of a real-model step). The backend reports what each
+request emitted and whether it emitted an end-of-sequence token; the engine alone applies
+output caps and ends requests.
 
 Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
 request's KV has been transferred) and results go to a `Records` object, which every replica
@@ -113,6 +115,7 @@ class Replica:
         self.prefilling: list[list[int]] = []  # [request, tokens left, blocks, order]
         self.rows = np.zeros((cfg.max_seqs, 7), np.int64)
         self._no_stop = np.zeros(cfg.max_seqs, bool)  # stop flags of a backend that has none
+        self._no_drafts = np.zeros(cfg.max_seqs, np.int64)  # plain decoding's lengths (read only)
         self._gone = np.zeros(cfg.max_seqs, np.int64)  # requests leaving the batch (leave_rows)
         self.kv = KvBlocks(cfg.kv_tokens, cfg.block_size)
         self.rounds = 0  # decode rounds run so far
@@ -239,6 +242,7 @@ class Replica:
         self.ids, self.kv_end = b[:, ID], b[:, KV_END]
         self.left, self.verified = b[:, LEFT], b[:, VERIFIED]
         self.no_stop = self._no_stop[:n]
+        self.no_drafts = self._no_drafts[:n]
 
     def _left(self, i: int) -> int:
         return int(self.w.output_tokens[i] - self.rec.generated[i])
@@ -289,8 +293,10 @@ class Replica:
         # A fused step carrying prefill runs without full CUDA graphs whatever its lengths
         # (vLLM's rule): only a decode-only or unfused step can pay the ragged penalty.
         penalty = 0.0 if takes and self.cfg.fused_prefill else self.cfg.ragged_penalty
-        if r:
+        if r and self.drafts:
             draft_s, target_s, verify_tokens = self._decode_round(plan, r, ctx, price, penalty)
+        elif r:
+            draft_s, target_s, verify_tokens = self._plain_round(plan, r, price)
         else:
             draft_s, target_s, verify_tokens = 0.0, price(0), 0
         plan.takes = takes
@@ -312,7 +318,7 @@ class Replica:
         (1 + penalty) when the round's lengths are ragged (`ragged`), and its verify tokens."""
         ids = self.ids
         conf, truth = self.backend.draw(ids, self.rng)
-        draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price) if self.drafts else 0.0
+        draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
         if self.synchronous:  # the verify pass waits for the host's schedule
             draft_s += self.cfg.sched.seconds(r)
         lengths = self.policy.lengths(conf, StepRate(price, draft_s, penalty), truth)
@@ -325,6 +331,17 @@ class Replica:
             self.ragged_steps += 1
             return draft_s, price.ragged(verify_tokens, penalty), verify_tokens
         return draft_s, price(verify_tokens), verify_tokens
+
+    def _plain_round(self, plan: StepPlan, r: int, price: StepPrice) -> tuple[float, float, int]:
+        """Plain decoding (a policy that does not draft): no drafter runs and no request
+        verifies a draft, so nothing is drawn, the policy is not asked, and the target's pass
+        emits a token a request (`Backend.plain`). Returns what `_decode_round` does."""
+        plan.lengths = self.no_drafts
+        plan.emitted, plan.accepted, plan.stop = self.backend.plain(self.ids, self.rng)
+        if self.observe is not None:
+            self.observe(plan.lengths, plan.accepted)
+        sched_s = self.cfg.sched.seconds(r) if self.synchronous else 0.0
+        return sched_s, price(r), r
 
     def commit(self, end: float) -> None:
         """End the planned step at time `end`: emit its tokens, finish and move requests."""

@@ -280,11 +280,13 @@ class Surface:
         out = [_interp_linear(arr.astype(np.float64), *self.knots[row][:2]) for row in rows]
         return [float(y) if y.ndim == 0 else y for y in out]
 
-    def _g(self, rows: tuple[int, ...], r: int) -> list[float]:
-        """g(R) at each of `rows`."""
-        if 0 <= r < len(self._gl[0]):
-            return [self._gl[row][r] for row in rows]
-        return [float(_interp_linear(np.float64(r), *self.knots[row][2:])) for row in rows]
+    def _g(self, lo: int, hi: int, r: int) -> tuple[float, float]:
+        """g(R) at rows lo and hi (a pair, not a loop: the engine asks once a step)."""
+        gl = self._gl
+        if 0 <= r < len(gl[0]):
+            return gl[lo][r], gl[hi][r]
+        g_lo, g_hi = (float(_interp_linear(np.float64(r), *self.knots[k][2:])) for k in (lo, hi))
+        return g_lo, g_hi
 
     def at(self, tokens: Any, seqs: int, context_len: float) -> Any:
         """f(B) + g(R) blended across the contexts around C (unfloored); B may be an array."""
@@ -293,7 +295,7 @@ class Surface:
     def section(self, seqs: int, context_len: float) -> Section:
         """The surface at fixed R and C, a function of B alone."""
         lo, hi, w = self.bracket(context_len)
-        return Section(self, lo, hi, w, *self._g((lo, hi), seqs))
+        return Section(self, lo, hi, w, *self._g(lo, hi, seqs))
 
     def fixed(self, context_len: float) -> float:
         """Latency at zero tokens and zero sequences: the per-step cost a mixed step pays once."""

@@ -10,7 +10,6 @@ import pandas as pd
 from dsim.fileio import check_output_dir, check_writable, staged_files, write_parquet
 from dsim.pareto.analysis import analyse
 from dsim.pareto.config import SweepConfig, load_config
-from dsim.pareto.plots import plot_load, plot_pareto
 from dsim.pareto.report import render_report
 from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
 
@@ -36,6 +35,8 @@ def check_out(out: Path) -> None:
 
 def write_outputs(cfg: SweepConfig, points: pd.DataFrame, out: Path) -> None:
     """points.parquet, frontier.parquet, pareto.png, load.png and report.md, as one set."""
+    from dsim.pareto.plots import plot_load, plot_pareto  # pyplot: not on every command's path
+
     result = analyse(cfg, points)  # marks the points that do not count (docs/pareto.md)
     profile = "" if any("profile" in lay.fields for lay in cfg.layouts) else cfg.base.profile
     title = f"{cfg.path.stem}: {Path(profile).stem or 'profiles'}, gamma {cfg.base.gamma}"

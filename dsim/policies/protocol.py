@@ -31,7 +31,7 @@ class Policy(Protocol):
     - `observe(lengths, accepted)` (default: none): receives each round's outcome.
     """
 
-    drafts: bool  # whether it runs the drafter at all (no drafter cost for `ar`)
+    drafts: bool  # whether it runs the drafter at all (`ar`: no drafter cost, lengths not asked)
 
     def lengths(self, conf: np.ndarray, sps: SPS, truth: np.ndarray | None) -> np.ndarray:
         """R integers in 0..gamma: request r verifies drafts 1..lengths[r]."""

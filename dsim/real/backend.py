@@ -159,6 +159,14 @@ class RealBackend:
         self._draft = None
         return counts.numpy(), torch.minimum(accepted, counts).numpy(), stop.numpy()
 
+    def plain(
+        self, idx: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A round that verifies no draft runs as any other round: `draw` (zero confidences
+        without a drafter) then `verify` with zero lengths."""
+        _, truth = self.draw(idx, rng)
+        return self.verify(idx, np.zeros(len(idx), np.int64), truth)
+
     def prefill(self, idx: list[int], tokens: list[int], done: list[bool]) -> np.ndarray | None:
         """Run this step's prefill chunks (of the prompt, plus the tokens generated before a
         preemption) in one pass after the cached part; sample the first token of the requests

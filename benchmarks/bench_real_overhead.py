@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from dsim.engine.replica import Replica
+from dsim.hardware.latency import profile_metadata
 from dsim.models.checkpoint import load_drafter
 from dsim.models.data import Prompt
 from dsim.models.drafters import Drafter, DrafterConfig
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48, help="output tokens per request")
     parser.add_argument("--policy", default="dspark")
     args = parser.parse_args()
-    torch.set_num_threads(profile_threads(PROFILE) or torch.get_num_threads())
+    torch.set_num_threads(profile_threads(profile_metadata(PROFILE)) or torch.get_num_threads())
     target = load_target(args.target)
     if args.drafter:
         drafter = load_drafter(args.drafter, target)

@@ -4,6 +4,7 @@ run on the tiny target (real runs, trace and preset simulations at two loads).""
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import replace
 
@@ -15,14 +16,16 @@ from conftest import ROOT, run_cli, write_flat_profile
 from test_real import untrained_drafter
 
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
+from dsim.engine.backend import Simulated
 from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile, write_profile
 from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
 from dsim.models.data import read_prompt_file
 from dsim.models.target import tiny_target
-from dsim.run import RunSpec
-from dsim.validation.drift import RERUNS_TOTAL, RunDrift, TripleDrift, verdict
+from dsim.run import RunSpec, run_engine
+from dsim.run_inputs import resolve
+from dsim.validation.drift import DRIFT_TOL, RERUNS_TOTAL, RunDrift, TripleDrift, verdict
 from dsim.validation.figures import (
     METRICS,
     attribution,
@@ -40,11 +43,12 @@ from dsim.validation.plan import (
     split_rows,
     trace_half,
 )
-from dsim.validation.reference import Reference, Samples, run_factor
+from dsim.validation.reference import Reference, Samples, SpeedTrace, run_factor
 from dsim.validation.report import _drift as report_drift
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import EngineCalibration, PassClocks
 from dsim.validation.study import validate
+from dsim.workload import Workload
 
 
 @pytest.fixture(autouse=True)
@@ -291,19 +295,22 @@ def test_engine_calibration_fit_recovers_the_overhead_terms():
 
 class SteppingClocks:
     """A fake timing source for the passes: each reading of the wall clock advances it by
-    1 ms x `scale`, of the CPU clock by 0.5 ms, so every timed pass lasts exactly that."""
+    1 ms x `scale` (x 1 or 3 at random while `jitter`), of the CPU clock by 0.5 ms, so every
+    timed pass lasts exactly that."""
 
     def __init__(self) -> None:
         self.wall_t = self.cpu_t = 0.0
         self.scale = 1.0
         self.slow_down_in: int | None = None  # wall readings until the scale doubles
+        self.jitter = False
+        self.rng = random.Random(0)
 
     def wall(self) -> float:
         if self.slow_down_in is not None:
             self.slow_down_in -= 1
             if self.slow_down_in == 0:
                 self.scale, self.slow_down_in = 2.0, None
-        self.wall_t += 1e-3 * self.scale
+        self.wall_t += 1e-3 * self.scale * (self.rng.choice((1, 3)) if self.jitter else 1)
         return self.wall_t
 
     def cpu(self) -> float:
@@ -311,42 +318,94 @@ class SteppingClocks:
         return self.cpu_t
 
 
+AT6 = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
+
+
 def test_reference_samples_price_a_run_and_measure_its_drift_within_it():
-    steady = Samples((1.0, 1.0, 1.1, 0.9, 1.0, 1.0), (0.5,) * 6)
+    steady = Samples((1.0, 1.0, 1.1, 0.9, 1.0, 1.0), (0.5,) * 6, AT6)
     assert steady.median_wall == 1.0 and steady.drift() == 0.0 and steady.drift("cpu") == 0.0
-    slowing = Samples((1.0, 1.0, 1.5, 1.5, 2.0, 2.0), (0.5, 0.5, 0.5, 0.5, 1.0, 1.0))
+    slowing = Samples((1.0, 1.0, 1.5, 1.5, 2.0, 2.0), (0.5, 0.5, 0.5, 0.5, 1.0, 1.0), AT6)
     assert slowing.drift() == pytest.approx(1.0) and slowing.drift("cpu") == pytest.approx(1.0)
-    assert Samples((1.0, 3.0), (1.0, 3.0)).drift() == 0.0  # under 3 passes: no thirds
+    assert Samples((1.0, 3.0), (1.0, 3.0), (0.0, 1.0)).drift() == 0.0  # under 3: no thirds
     assert run_factor(1.05, slowing, steady) == pytest.approx(1.05 * 1.5)  # the medians' ratio
     record = slowing.record()
     assert record["passes"] == 6 and record["median_wall_ms"] == pytest.approx(1500.0)
+    assert record["unfollowed"] == pytest.approx(slowing.unfollowed())
+
+
+def test_a_step_change_is_followed_and_a_jumping_core_is_not():
+    """Unfollowed drift, closed forms: each pass against the median of its (up to 4)
+    neighbours. A core that halves its speed once is followed (only the two passes at the
+    step miss, by 1/3 each); one that jumps between two speeds every pass is not."""
+    step = Samples((1.0,) * 6 + (2.0,) * 6, (0.5,) * 12, tuple(map(float, range(12))))
+    assert step.unfollowed() == pytest.approx((1 / 3 + 1 / 3) / 12)
+    assert step.unfollowed() < DRIFT_TOL < step.drift()
+    assert step.unfollowed("cpu") == 0.0 and step.drift() == pytest.approx(1.0)
+    jumping = Samples((1.0, 3.0, 1.0, 3.0, 1.0, 3.0), (0.5,) * 6, AT6)
+    assert jumping.unfollowed() == pytest.approx(7 / 9) and jumping.unfollowed() > DRIFT_TOL
+    assert Samples((1.0, 3.0), (1.0, 1.0), (0.0, 1.0)).unfollowed() == 0.0  # under 3 passes
+
+
+def test_the_speed_trace_prices_each_step_at_the_core_speed_of_its_moment():
+    calibration = Samples((0.5, 0.5, 0.5), (0.5,) * 3, (0.0, 1.0, 2.0))
+    trace = Samples((1.0, 1.0, 1.0, 2.0, 2.0, 2.0), (0.5,) * 6, AT6).trace(calibration)
+    assert trace.speed.tolist() == [2.0, 2.0, 2.0, 4.0, 4.0, 4.0]  # windows of 5, centred
+    got = trace(np.array([-5.0, 2.4, 2.6, 99.0]))  # before, nearer pass 2, nearer 3, after
+    assert got.tolist() == [2.0, 2.0, 4.0, 4.0]
+    clock = trace.clock()
+    assert clock.seconds(clock.start(2.6), 0.25) == 1.0
+    with pytest.raises(ValueError):
+        Samples((), (), ()).trace(calibration)
+
+
+def test_a_trace_clock_scales_every_step_of_a_simulation_and_nothing_else(tmp_path):
+    """At a constant speed s (every request there at 0, so no arrival falls elsewhere in the
+    schedule) a simulation is the profile clock's run with every step s times as long: the
+    same steps and tokens, latencies and finish times x s."""
+    profile = write_flat_profile(tmp_path / "p.csv", 10.0)
+    spec = RunSpec(profile=str(profile), policy="fixed:3", acceptance="iid:0.7", gamma=3)
+    inputs = resolve(spec)
+    work = Workload(np.zeros(6), np.full(6, 32), np.array([5, 40, 9, 17, 3, 22]), "test")
+
+    def run(clock):
+        return run_engine(inputs.engine, work, Simulated(inputs.acceptance), clock=clock)
+
+    base = run("profile")
+    same = run(SpeedTrace(np.array([0.0]), np.array([1.0])).clock)
+    assert same.requests.equals(base.requests)
+    slowed = run(SpeedTrace(np.array([0.0, 1.0]), np.array([2.0, 2.0])).clock)
+    assert np.allclose(slowed.steps.latency_s, 2 * base.steps.latency_s)
+    assert np.allclose(slowed.requests["finish_s"], 2 * base.requests["finish_s"])
+    assert slowed.requests["output_tokens"].equals(base.requests["output_tokens"])
 
 
 def test_the_reference_pass_is_left_out_of_the_runs_clock():
     ref = Reference(tiny_target(), PassClocks(), every=1)
     clock = ref.clock()
-    started = clock.start()
+    started = clock.start(3.5)
     for _ in range(5):
         ref.measure()
     inside = clock.seconds(started, 0.0)  # what a step around them would have lasted
     samples = ref.take()
     assert len(samples.wall) == len(samples.cpu) == 5 and min(samples.wall) > 0
+    assert samples.at == (3.5,) * 5  # stamped with the engine time of their step
     assert 0 <= inside < 0.5 * sum(samples.wall)
-    assert ref.take() == Samples((), ())  # taken: the next run starts afresh
+    assert ref.take() == Samples((), (), ())  # taken: the next run starts afresh
 
 
 def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
-    def run(policy: str, k: float, drift: float) -> RunDrift:
-        ref = {"passes": 9, "median_wall_ms": 2.0, "median_cpu_ms": 1.0}
-        return RunDrift(policy, k, ref | {"drift": drift, "cpu_drift": drift / 2})
+    def run(policy: str, k: float, unfollowed: float) -> RunDrift:
+        ref = {"passes": 9, "median_wall_ms": 2.0, "median_cpu_ms": 1.0, "drift": -0.3}
+        ref |= {"cpu_drift": 0.1, "unfollowed": unfollowed, "cpu_unfollowed": unfollowed / 2}
+        return RunDrift(policy, k, ref)
 
-    drifted = TripleDrift("light", 0, 1, (run("mtp1", 1.0, 0.02), run("dspark", 1.2, -0.2)))
-    assert drifted.change == pytest.approx(-0.2) and drifted.cpu_change == pytest.approx(-0.1)
+    drifted = TripleDrift("light", 0, 1, (run("mtp1", 1.0, 0.02), run("dspark", 1.2, 0.2)))
+    assert drifted.change == pytest.approx(0.2) and drifted.cpu_change == pytest.approx(0.1)
     assert not drifted.within and not drifted.settled(reruns_left=RERUNS_TOTAL)
     assert drifted.settled(reruns_left=0)  # the study is out of re-runs: kept, drifted
     again = TripleDrift("light", 0, 2, (run("mtp1", 1.3, 0.15), run("dspark", 0.9, 0.0)))
     assert again.settled(RERUNS_TOTAL) and not again.within  # out of its re-runs: kept, drifted
-    fine = TripleDrift("light", 1, 1, (run("mtp1", 0.95, 0.05), run("dspark", 0.97, -0.1)))
+    fine = TripleDrift("light", 1, 1, (run("mtp1", 0.95, 0.05), run("dspark", 0.97, 0.1)))
     assert fine.within and fine.settled(reruns_left=0)
     v = verdict([drifted.record(kept=False), again.record(kept=True), fine.record(kept=True)])
     assert not v["valid"] and v["reruns"] == 1 and v["pass_factor_range"] == [0.9, 1.3]
@@ -359,10 +418,10 @@ def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
-    """The whole study, its passes timed by a fake clock that slows to half speed in the middle
-    of the first run: that triple drifts +100% within a run and is re-run, and every later run
-    is priced at twice the calibration's factor by its own reference passes, within the
-    tolerance."""
+    """The whole study, its passes timed by a fake clock that jumps between two speeds at random
+    through the first run, then slows to half speed in the middle of the second: the first is
+    beyond what its trace can follow, so that triple is re-run; the second's trace follows the
+    slow-down, and every later run is priced at twice the calibration's speed."""
     ckpt, prompts, trace = inputs
     settings = Settings(
         ckpt,
@@ -385,7 +444,9 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     def log(line: str) -> None:
         lines.append(line)
         if line.startswith("[1/8] light seed 0 mtp1"):
-            fake.slow_down_in = 90  # about half way through the run's ~180 readings
+            fake.jitter = True
+        if line.startswith("[2/8] light seed 0 dspark"):
+            fake.jitter, fake.slow_down_in = False, 90  # about half way through its readings
 
     results = validate(settings, out, log=log, clocks=PassClocks(fake.wall, fake.cpu))
     saved = json.loads((out / "validation.json").read_text())
@@ -439,33 +500,39 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
 
 
 def assert_every_run_priced_by_its_own_reference(out, drift, cal, diagnostics):
-    """The slow-down caught inside light seed 0's first run and that triple re-run; every
-    run priced with k x (its median reference pass) / (the calibration's), with its own
-    engine profiles; every attempt's runs in the report."""
+    """The jumping core caught inside light seed 0's first run and that triple re-run; the
+    slow-down inside its second followed by that run's trace; every run's simulations on the
+    study's engine profiles, each step scaled by its own trace; every attempt in the report."""
     records = drift["triples"]
     assert [(r["load"], r["seed"], r["attempt"], r["kept"]) for r in records] == [
         ("light", 0, 1, False), ("light", 0, 2, True), ("light", 1, 1, True),
         ("moderate", 0, 1, True), ("moderate", 1, 1, True),
     ]  # fmt: skip
-    assert records[0]["change"] == pytest.approx(1.0, abs=0.25)  # the wall clock slowed 2x
-    assert abs(records[0]["cpu_change"]) < 0.25 and not records[0]["within"]
-    assert all(r["within"] and abs(r["change"]) <= 0.1 for r in records[1:])
+    first = records[0]["runs"]
+    assert first[0]["reference"]["unfollowed"] > 0.25 and not records[0]["within"]
+    assert first[1]["reference"]["unfollowed"] < DRIFT_TOL  # the slow-down: followed
+    assert first[1]["reference"]["drift"] == pytest.approx(1.0, abs=0.25)
+    assert records[0]["cpu_change"] < 0.01  # the CPU clock never moved
+    assert all(r["within"] and r["change"] <= DRIFT_TOL for r in records[1:])
     assert drift["valid"] and drift["reruns"] == 1
-    calibration = json.loads((out / "diagnostics.json").read_text())["meta"]
-    ref_cal = calibration["reference_calibration"]["median_wall_ms"]
-    raw = read_profile(out / "profile.csv")
-    tokens = np.where(raw["phase"] == "verify", raw["batch_tokens"], 0)
-    extra = cal["per_step_s"] + cal["per_seq_s"] * raw["num_seqs"] + cal["per_token_s"] * tokens
+    ref_cal = diagnostics["meta"]["reference_calibration"]["median_wall_ms"]
     for r in records:
         folder = out / "runs" / r["load"] / f"s{r['seed']}{'-rerun' * (r['attempt'] - 1)}"
         for run in r["runs"]:
             k = cal["pass_factor"] * run["reference"]["median_wall_ms"] / ref_cal
             assert run["pass_factor"] == pytest.approx(k) and run["reference"]["passes"] >= 6
-            engine = folder / f"{run['policy']}-engine"
-            priced = read_profile(engine / "profile-engine.csv")  # the run's factor, its own
-            assert np.allclose(priced["latency_ms"], raw["latency_ms"] * k + 1e3 * extra, rtol=1e-5)
+            trace = pd.read_csv(folder / f"{run['policy']}-reference.csv")
+            assert len(trace) == run["reference"]["passes"]
+            assert trace["at_s"].is_monotonic_increasing
+            windows = trace["reference_wall_s"].rolling(5, center=True, min_periods=1).median()
+            assert np.allclose(trace["speed"], windows / (ref_cal / 1e3))
+            steps = pd.read_csv(folder / f"{run['policy']}-real" / "steps.csv")
+            nearest = np.abs(steps["start_s"].to_numpy()[:, None] - trace["at_s"].to_numpy())
+            assert np.allclose(steps["speed"], trace["speed"].to_numpy()[nearest.argmin(1)])
             sim = json.loads((folder / f"{run['policy']}-trace" / "summary.json").read_text())
-            assert sim["spec"]["profile"] == str(engine / "profile-engine.csv")
+            assert sim["spec"]["profile"] == str(out / "profile-engine.csv")
+    slowed = pd.read_csv(out / "runs" / "light" / "s0" / "dspark-reference.csv")["speed"]
+    assert slowed.iloc[0] == pytest.approx(1.0) and slowed.iloc[-1] == pytest.approx(2.0)
     for r in records[1:]:  # after the slow-down every pass, the reference's too, takes 2x
         assert all(run["pass_factor"] == pytest.approx(2 * cal["pass_factor"]) for run in r["runs"])
     kept = {(r["load"], r["seed"]): r["folder"] for r in diagnostics["runs"]}

@@ -14,8 +14,8 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    def start(self) -> float:
-        """A mark taken before the step's work."""
+    def start(self, now: float) -> float:
+        """A mark taken before the step's work, which starts at engine time `now`."""
 
     def seconds(self, started: float, modelled: float) -> float:
         """The step's duration, given the mark and the profile's latency for it."""
@@ -24,7 +24,7 @@ class Clock(Protocol):
 class ProfileClock:
     """Steps last the profile's latency (deterministic)."""
 
-    def start(self) -> float:
+    def start(self, now: float) -> float:
         return 0.0
 
     def seconds(self, started: float, modelled: float) -> float:
@@ -39,7 +39,7 @@ class WallClock:
     def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
         self.now = now
 
-    def start(self) -> float:
+    def start(self, now: float) -> float:
         return self.now()
 
     def seconds(self, started: float, modelled: float) -> float:

@@ -272,7 +272,7 @@ class Replica:
 
     def step(self, now: float) -> float | None:
         """Plan one step at time `now`: its latency (None when idle); `commit` ends it."""
-        started = self.clock.start()
+        started = self.clock.start(now)
         if self.waiting:
             self._admit()
         # Prefill first (an engine that does not mix): a step with prefill work decodes nothing.

@@ -74,6 +74,6 @@ def describe(cal: EngineCalibration) -> str:
         f"{1e3 * cal.per_step_s:.2f} ms + {1e3 * cal.per_seq_s:.3f} ms x R + "
         f"{1e3 * cal.per_token_s:.4f} ms x V ({sum(r['steps'] for r in cal.runs)} steps of "
         f"bursts of {' and '.join(map(str, CALIBRATION_BURSTS))} requests per policy, "
-        f"trace-half prompts); each run simulated with k moved by its reference passes "
-        f"(runs/LOAD/sSEED/POLICY-engine/{ENGINE_PROFILE}, {ENGINE_DRAFT_PROFILE})"
+        f"trace-half prompts); each run simulated on these profiles, every step scaled by the "
+        f"run's speed trace (runs/LOAD/sSEED/POLICY-reference.csv)"
     )

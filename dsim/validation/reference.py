@@ -1,21 +1,23 @@
 """Reference passes: the core's speed measured inside every real run, next to the passes it
 prices.
 
-On a shared or virtual machine the core's speed wanders by about 10% within a minute, more
-than bursts served a minute away from a run can follow (experiments/validation/README.md). So
-every `every`-th verify of a real run first times one extra target pass of a fixed shape
-(REFERENCE_TOKENS tokens of one sequence over REFERENCE_CONTEXT cached, on a KV slot of its
-own), and the run's wall clock is paused around it (`PausableTime`), so no step of the run pays
-for it. A run is then priced with
+On a shared or virtual machine the core's speed wanders by 10-30% within a minute, more than
+bursts served a minute away from a run, or one factor for a whole run, can follow
+(experiments/validation/README.md). So every `every`-th verify of a real run first times one
+extra target pass of a fixed shape (REFERENCE_TOKENS tokens of one sequence over
+REFERENCE_CONTEXT cached, on a KV slot of its own), stamped with the engine time of the step it
+falls in, and the run's wall clock is paused around it (`PausableTime`), so no step of the run
+pays for it. The passes make the run's *speed trace*: at each pass, the median of the WINDOW
+passes centred on it over the calibration's median reference pass. A simulation of the run
+lasts each step the engine-calibrated profile's price (k x latency + o) times the trace at the
+step's start (`TraceClock`; the whole step, since the engine's host work runs on the same core),
+so the machine's speed is priced as it moved, and the run's own passes never enter it.
 
-    k_run = k x (median reference pass in the run) / (median reference pass in the calibration)
-
-(k the calibration's pass factor; the overhead a + b R + c V as fitted): the calibration keeps
-its bursts' mix of shapes, the reference follows the core within seconds, and the run's own
-passes never enter its pricing. (Real mode itself schedules with the calibration's profiles,
-the one profile a deployment would have; only the simulations of a run use its own factor.) A
-run's drift is the median reference pass of its last third over that of its first third,
-minus 1: a change the run's single factor cannot follow.
+What a trace cannot follow is a core that changes faster than its window: a run's *unfollowed
+drift* is the mean |pass / (median of its WINDOW - 1 neighbours) - 1| over its passes, each pass
+judged against a trace it took no part in. The old summary, the median pass of the run's last
+third over its first third, minus 1, is kept as the run's drift (what one factor for the whole
+run could not have followed).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from dsim.engine.clock import WallClock
 from dsim.validation.step_check import PassClocks
 
 REFERENCE_TOKENS = 2  # one sequence's verify block (an anchor and a draft)
 REFERENCE_CONTEXT = 128  # tokens it attends to
+WINDOW = 5  # reference passes a point of the speed trace is the median of (centred)
 
 
 class PausableTime:
@@ -44,11 +49,12 @@ class PausableTime:
 
 @dataclass(frozen=True)
 class Samples:
-    """The reference passes of one run (or of the calibration): seconds on both clocks, in
-    the order they were timed."""
+    """The reference passes of one run (or of the calibration): seconds on both clocks and
+    the engine time of the step each fell in, in the order they were timed."""
 
     wall: tuple[float, ...]
     cpu: tuple[float, ...]
+    at: tuple[float, ...]
 
     @property
     def median_wall(self) -> float:
@@ -66,6 +72,29 @@ class Samples:
             return 0.0
         return statistics.median(times[-third:]) / statistics.median(times[:third]) - 1
 
+    def unfollowed(self, clock: str = "wall") -> float:
+        """Mean |pass / (median of its neighbours in the window) - 1| (module doc): how far
+        the core moved faster than the trace can follow (0 with under 3 passes)."""
+        times = self.wall if clock == "wall" else self.cpu
+        if len(times) < 3:
+            return 0.0
+        half = WINDOW // 2
+        neighbours = [
+            times[max(0, j - half) : j] + times[j + 1 : j + half + 1] for j in range(len(times))
+        ]
+        return statistics.fmean(
+            abs(t / statistics.median(n) - 1) for t, n in zip(times, neighbours, strict=True)
+        )
+
+    def trace(self, calibration: Samples) -> SpeedTrace:
+        """The run's speed trace against the calibration's reference (module doc)."""
+        half, times = WINDOW // 2, self.wall
+        speed = [
+            statistics.median(times[max(0, j - half) : j + half + 1]) / calibration.median_wall
+            for j in range(len(times))
+        ]
+        return SpeedTrace(np.asarray(self.at, np.float64), np.asarray(speed, np.float64))
+
     def record(self) -> dict[str, Any]:
         """What a run's diagnostics keep of it."""
         return {
@@ -74,7 +103,47 @@ class Samples:
             "median_cpu_ms": 1e3 * self.median_cpu,
             "drift": self.drift("wall"),
             "cpu_drift": self.drift("cpu"),
+            "unfollowed": self.unfollowed("wall"),
+            "cpu_unfollowed": self.unfollowed("cpu"),
         }
+
+
+@dataclass(frozen=True)
+class SpeedTrace:
+    """The core's speed through a run relative to the calibration's (1.0: as fast), at the
+    engine times of its reference passes; between two passes the nearer one holds."""
+
+    at: np.ndarray  # (P,) engine seconds of each pass, non-decreasing
+    speed: np.ndarray  # (P,) the window's median pass over the calibration's median
+
+    def __post_init__(self) -> None:
+        if not len(self.at):
+            raise ValueError("a speed trace needs at least one reference pass")
+
+    def __call__(self, t: np.ndarray | float) -> np.ndarray:
+        """The speed at engine times `t`: (n,) -> (n,)."""
+        edges = (self.at[1:] + self.at[:-1]) / 2  # (P - 1,) where the nearer pass changes
+        return self.speed[np.searchsorted(edges, t, side="right")]
+
+    def clock(self) -> TraceClock:
+        return TraceClock(self)
+
+    def rows(self) -> dict[str, np.ndarray]:
+        return {"at_s": self.at, "speed": self.speed}
+
+
+class TraceClock:
+    """A simulated run's clock: each step lasts the profile's price times the trace's speed at
+    the step's start."""
+
+    def __init__(self, trace: SpeedTrace) -> None:
+        self.trace = trace
+
+    def start(self, now: float) -> float:
+        return now
+
+    def seconds(self, started: float, modelled: float) -> float:
+        return modelled * float(self.trace(started))
 
 
 @dataclass
@@ -86,8 +155,10 @@ class Reference:
     clocks: PassClocks
     every: int
     time: PausableTime = field(default_factory=PausableTime)
+    step_at: float = 0.0  # engine time of the step now running (set by the run's clock)
     _wall: list[float] = field(default_factory=list)
     _cpu: list[float] = field(default_factory=list)
+    _at: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from dsim.models.cpu_profile import PassClock
@@ -96,8 +167,9 @@ class Reference:
         self._setup, self._run = slot.step([(1, REFERENCE_TOKENS, REFERENCE_CONTEXT, False)])
 
     def clock(self) -> WallClock:
-        """A real run's clock: wall time with the reference passes left out."""
-        return WallClock(self.time.now)
+        """A real run's clock: wall time with the reference passes left out, telling the
+        reference the engine time of each step."""
+        return _RunClock(self)
 
     def measure(self) -> None:
         """Time one reference pass, with the run's clock paused around it."""
@@ -107,16 +179,30 @@ class Reference:
         self._run()
         self._cpu.append(self.clocks.cpu() - cpu)
         self._wall.append(self.clocks.wall() - wall)
+        self._at.append(self.step_at)
         self.time.paused += time.perf_counter() - started
 
     def take(self) -> Samples:
         """The passes timed since the last `take`, and a fresh start."""
-        samples = Samples(tuple(self._wall), tuple(self._cpu))
-        self._wall.clear()
-        self._cpu.clear()
+        samples = Samples(tuple(self._wall), tuple(self._cpu), tuple(self._at))
+        for kept in (self._wall, self._cpu, self._at):
+            kept.clear()
         return samples
 
 
+class _RunClock(WallClock):
+    """`WallClock` on the reference's pausable time, stamping each step's engine time."""
+
+    def __init__(self, reference: Reference) -> None:
+        super().__init__(reference.time.now)
+        self.reference = reference
+
+    def start(self, now: float) -> float:
+        self.reference.step_at = now
+        return super().start(now)
+
+
 def run_factor(pass_factor: float, run: Samples, calibration: Samples) -> float:
-    """k_run (module doc): the calibration's factor moved as the reference pass moved."""
+    """The run's median pass factor: the calibration's k moved as its median reference pass
+    moved (what one factor for the whole run would price; the report's summary)."""
     return pass_factor * run.median_wall / calibration.median_wall

@@ -6,6 +6,7 @@ import pandas as pd
 
 from dsim.report import markdown_table
 from dsim.validation.figures import BASELINE, LABELS, METRICS, SIM_KINDS
+from dsim.validation.reference import WINDOW
 
 FIXES = {
     "passes": "re-measure the profile through real mode's own step, closer in time to the "
@@ -52,8 +53,9 @@ def report_markdown(
 
 
 def _drift(drift: dict) -> list[str]:
-    """The verdict, then every run of every attempt at a triple: the factor it was priced with,
-    its reference passes and their drift within it on both clocks."""
+    """The verdict, then every run of every attempt at a triple: its median pass factor, its
+    reference passes, their unfollowed drift (the verdict's) and their drift from the first
+    third to the last, on both clocks."""
     tol, records = drift["tolerance"], drift["triples"]
     low, high = drift["pass_factor_range"]
     bad = [f"{r['load']} seed {r['seed']}" for r in records if r["kept"] and not r["within"]]
@@ -68,7 +70,7 @@ def _drift(drift: dict) -> list[str]:
         "",
         f"Machine drift, measured inside every run: {verdict}; {reruns} triple"
         f"{'' if reruns == 1 else 's'} re-run. The runs' pass factors ranged "
-        f"{low:.4f}-{high:.4f} over the study ({_pct(high / low - 1)}).",
+        f"{low:.4f}-{high:.4f} over the study ({_pct(high / low - 1)}; medians per run).",
         "",
         "## Drift per run (reference passes timed inside it)",
         "",
@@ -82,6 +84,8 @@ def _drift(drift: dict) -> list[str]:
             f"{run['pass_factor']:.4f}",
             str(run["reference"]["passes"]),
             f"{run['reference']['median_wall_ms']:.2f}",
+            f"{run['reference']['unfollowed']:.1%}",
+            f"{run['reference']['cpu_unfollowed']:.1%}",
             _pct(run["reference"]["drift"]),
             _pct(run["reference"]["cpu_drift"]),
             f"{run['reference']['median_wall_ms'] / run['reference']['median_cpu_ms']:.3f}",
@@ -90,17 +94,22 @@ def _drift(drift: dict) -> list[str]:
         for r in records
         for run in r["runs"]
     ]
-    header = ["load", "seed", "attempt", "policy", "priced k", "reference passes"]
-    header += ["median ms", "drift", "drift (CPU clock)", "wall/CPU", "triple"]
+    header = ["load", "seed", "attempt", "policy", "median k", "reference passes", "median ms"]
+    header += ["unfollowed", "unfollowed (CPU)", "drift", "drift (CPU)", "wall/CPU", "triple"]
     note = (
-        "Each run is priced with k x (its median reference pass) / (the calibration's median "
-        "reference pass); a run's drift is the median reference pass of its last third over "
-        "its first third, minus 1, and a triple with a run beyond the tolerance is re-run "
-        "once. The reference passes are timed on two clocks: wall time, which prices and "
-        "judges (it sees everything, other processes' preemption included), and the thread's "
-        "CPU time, which leaves out preemption and waits but sees a slower core (frequency, "
-        "shared cache and memory pressure). Wall/CPU near 1: the passes had a core of their "
-        "own; a drift on the wall clock alone: the machine got busier."
+        "Each step of a run's simulations lasts the engine-calibrated profile's price times "
+        "the run's speed trace at its start: the median of the "
+        f"{WINDOW} reference passes centred on the nearest one over the calibration's median "
+        "reference pass (median k: the calibration's k times the run's median over the "
+        f"calibration's). Unfollowed: the mean |pass / median of its {WINDOW - 1} neighbours "
+        "- 1|, what the trace cannot follow; a triple with a run beyond the tolerance is "
+        "re-run once. Drift: the median pass of the run's last third over its first third, "
+        "minus 1 (what one factor per run could not follow; reported, not judged). The "
+        "reference passes are timed on two clocks: wall time, which prices and judges (it sees "
+        "everything, other processes' preemption included), and the thread's CPU time, which "
+        "leaves out preemption and waits but sees a slower core (frequency, shared cache and "
+        "memory pressure). Wall/CPU near 1: the passes had a core of their own; a drift on the "
+        "wall clock alone: the machine got busier."
     )
     return [*lines, markdown_table(header, rows), "", note]
 

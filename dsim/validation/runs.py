@@ -1,5 +1,6 @@
-"""One measured run: real mode with the wall clock, priced by the reference passes timed
-inside it, then its trace- and preset-driven simulations on the workload it actually served."""
+"""One measured run: real mode with the wall clock, priced by the speed trace of the reference
+passes timed inside it, then its trace- and preset-driven simulations on the workload it
+actually served."""
 
 from __future__ import annotations
 
@@ -10,23 +11,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.engine.backend import Simulated
+from dsim.fileio import write_with
 from dsim.metrics import per_user
 from dsim.real.runner import RealRun, run_real, write_real_run
 from dsim.run import RunResult, run_engine, write_run
 from dsim.run_inputs import resolve_engine
 from dsim.run_spec import RunSpec
 from dsim.validation.bench import Bench
-from dsim.validation.bursts import write_engine_profiles
 from dsim.validation.drift import RunDrift
 from dsim.validation.figures import METRICS
-from dsim.validation.reference import Samples, run_factor
+from dsim.validation.reference import Samples, SpeedTrace, run_factor
 from dsim.validation.step_check import (
     EngineCalibration,
     priced_steps,
-    run_totals,
     step_model_check,
 )
 from dsim.workload import Workload
@@ -58,20 +59,25 @@ def run_metrics(result: RunResult) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Pricing:
-    """What every run of a study is priced from: the calibration, the reference passes timed
-    during it, and the raw profiles the factor applies to (`dsim.validation.reference`)."""
+    """What every run of a study is priced from: the calibration and the reference passes
+    timed during it (`dsim.validation.reference`)."""
 
     cal: EngineCalibration
     reference: Samples
-    raw: RunSpec
 
-    def for_run(self, samples: Samples, folder: Path) -> tuple[EngineCalibration, RunSpec]:
-        """The run's own calibration (k moved by its reference passes) and the spec of its
-        engine-calibrated profiles, written to `folder`."""
-        factor = run_factor(self.cal.pass_factor, samples, self.reference)
-        cal = replace(self.cal, pass_factor=factor)
-        folder.mkdir(parents=True, exist_ok=True)
-        return cal, write_engine_profiles(cal, self.raw, folder)
+    def for_run(self, samples: Samples, file: Path) -> SpeedTrace:
+        """The run's speed trace against the calibration's reference, written to `file`."""
+        trace = samples.trace(self.reference)
+        frame = pd.DataFrame(
+            trace.rows() | {"reference_wall_s": samples.wall, "reference_cpu_s": samples.cpu}
+        )
+        file.parent.mkdir(parents=True, exist_ok=True)
+        write_with(file, lambda tmp: frame.to_csv(tmp, index=False))
+        return trace
+
+    def median_factor(self, samples: Samples) -> float:
+        """k moved by the run's median reference pass (the report's summary of its pricing)."""
+        return run_factor(self.cal.pass_factor, samples, self.reference)
 
 
 def one_run(
@@ -82,9 +88,10 @@ def one_run(
     folder: Path,
     pricing: Pricing,
 ) -> tuple[dict, dict[str, dict[str, float]], dict[str, float], RunDrift]:
-    """One real run (scheduled with the study's engine profiles, `spec`), priced by the
-    reference passes timed inside it, and its two simulations on those prices: run info,
-    metrics per kind, attribution parts and its drift."""
+    """One real run (scheduled with the study's engine profiles, `spec`), priced by the speed
+    trace of the reference passes timed inside it, and its two simulations on the same
+    profiles, each step scaled by that trace: run info, metrics per kind, attribution parts
+    and its drift."""
     s = bench.settings
     name = spec.policy.replace(":", "")
     bench.reference.take()  # only this run's passes price it
@@ -95,23 +102,20 @@ def one_run(
     )  # fmt: skip
     wall = time.perf_counter() - t0
     samples = bench.reference.take()
-    cal, engine = pricing.for_run(samples, folder / f"{name}-engine")
-    priced = priced_steps(run, Path(engine.profile), Path(engine.draft_cost))
+    speed = pricing.for_run(samples, folder / f"{name}-reference.csv")
+    priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost), speed)
     write_real_run(run, folder / f"{name}-real", priced)
     measured = {"real": run_metrics(run.result)}
     work = realized(run)
     for kind, source in (("trace", trace), ("preset", s.preset)):
         calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
-        sim_spec = replace(
-            spec, acceptance=source, calibration=calibration,
-            profile=engine.profile, draft_cost=engine.draft_cost,
-        )  # fmt: skip
+        sim_spec = replace(spec, acceptance=source, calibration=calibration)
         backend = Simulated(parse_acceptance(source, spec.gamma, calibration))
-        sim = run_engine(resolve_engine(sim_spec), work, backend)
+        sim = run_engine(resolve_engine(sim_spec), work, backend, clock=speed.clock)
         write_run(sim, sim_spec, folder / f"{name}-{kind}")
         measured[kind] = run_metrics(sim)
     check = step_model_check(priced)
-    drift = RunDrift(spec.policy, cal.pass_factor, samples.record())
+    drift = RunDrift(spec.policy, pricing.median_factor(samples), samples.record())
     info = {
         "start_utc": start_utc,
         "wall_s": wall,
@@ -121,26 +125,30 @@ def one_run(
         "passes_wall_s": run.backend.model_s,
         "passes_cpu_s": run.backend.model_cpu_s,
         "step_model": check,
-        "pass_factor": cal.pass_factor,
+        "pass_factor": drift.pass_factor,
         "reference": drift.reference,
     }
-    return info, measured, _parts(run, measured, check, cal), drift
+    return info, measured, _parts(run, measured, check, pricing.cal, speed), drift
 
 
 def _parts(
-    run: RealRun, measured: dict[str, dict[str, float]], check: dict, cal: EngineCalibration
+    run: RealRun,
+    measured: dict[str, dict[str, float]],
+    check: dict,
+    cal: EngineCalibration,
+    speed: SpeedTrace,
 ) -> dict[str, float]:
-    """What the error attribution (`figures.attribution`) reads of one real run."""
-    totals = run_totals(run, check["all_predicted_s"])
+    """What the error attribution (`figures.attribution`) reads of one real run (the overhead
+    charged scaled by the trace, as the simulations scale it)."""
+    steps = run.result.steps
+    overhead = cal.overhead_s(steps.num_running, steps.batch_tokens - steps.prefill_tokens)
     return {
         "tpot_real": measured["real"]["tpot_p50_s"],
         "tpot_sim": measured["trace"]["tpot_p50_s"],
         "step_real_s": check["all_real_s"],
         "step_predicted_s": check["all_predicted_s"],
         "model_s": run.backend.model_s,
-        "overhead_charged_s": cal.overhead_s(
-            totals["seqs"], totals["verify_tokens"], totals["steps"]
-        ),
+        "overhead_charged_s": float((overhead * speed(steps.start_s)).sum()),
         "steps": check["all_steps"],
         "tau_real": measured["real"]["accepted_length_mean"],
         "tau_sim": measured["trace"]["accepted_length_mean"],

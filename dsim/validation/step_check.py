@@ -113,9 +113,15 @@ class TimedBackend(RealBackend):
             self.model_s += self.clocks.wall() - wall
 
 
-def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFrame:
+def priced_steps(
+    run: RealRun,
+    profile: Path,
+    draft_profile: Path,
+    speed: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> pd.DataFrame:
     """The real run's steps, each with the step-time model's price (target profile + drafter
-    profile) for its own batch: shape, context, real and predicted seconds. Context per
+    profile) for its own batch, times the core's `speed` at its start where given (a run's
+    `reference.SpeedTrace`): shape, context, speed, real and predicted seconds. Context per
     sequence is approximated from the step's KV blocks (the log keeps no more), and a step's
     prefill work is taken as one sequence's."""
     latency = LatencyModel.from_csv(profile)
@@ -140,6 +146,7 @@ def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFra
             strict=True,
         )
     ]
+    scale = np.ones(len(ctx)) if speed is None else speed(steps.start_s)
     return pd.DataFrame(
         {
             "start_s": steps.start_s,
@@ -147,8 +154,9 @@ def priced_steps(run: RealRun, profile: Path, draft_profile: Path) -> pd.DataFra
             "batch_tokens": steps.batch_tokens,
             "prefill_tokens": steps.prefill_tokens,
             "context_len": ctx,
+            "speed": scale,
             "real_s": steps.latency_s,
-            "predicted_s": np.asarray(predicted, np.float64),
+            "predicted_s": np.asarray(predicted, np.float64) * scale,
         }
     )
 

@@ -7,9 +7,9 @@ on this machine right before the real runs (unless a profile is given), and so i
 calibrate the profiles to the engine (`dsim.validation.bursts`, `dsim.validation.step_check`:
 a factor on the passes and an overhead per step that grows with its sequences and verify
 tokens, which the rate rule uses). The runs go a triple (load, seed: one run per policy) at a
-time, each run priced with the calibration's factor moved by the reference passes timed inside
-it (`dsim.validation.reference`); a triple with a run whose reference drifted within it beyond
-the tolerance is re-run (`dsim.validation.drift`).
+time, each run's simulations priced step by step by the speed trace of the reference passes
+timed inside it (`dsim.validation.reference`); a triple with a run whose core moved faster
+than its trace can follow, beyond the tolerance, is re-run (`dsim.validation.drift`).
 Each load (a target busy fraction under `mtp1`; its rate from the simulator by the stated
 rule) is repeated with different seeds (arrivals and sampling) and different served prompts
 (repeat k starts k x requests prompts further into the served half), and each repeat serves
@@ -101,7 +101,7 @@ def validate(
     phases.mark("load and profile")
     bench.reference.take()
     cal = calibrate_engine(bench, raw, trace_prompts(prompts))
-    pricing = Pricing(cal, bench.reference.take(), raw)
+    pricing = Pricing(cal, bench.reference.take())
     meta["engine_calibration"] = describe(cal)
     meta["reference_calibration"] = pricing.reference.record()
     phases.mark("calibrate")

@@ -27,17 +27,25 @@ import pandas as pd
 from dsim.report import markdown_table
 
 
-def run_factor(folder: Path, policy: str, run: dict, k: float, engine: dict) -> tuple[float, float]:
-    """(time in the passes, raw predicted pass time) of one real run."""
-    steps = pd.read_csv(folder / f"{policy.replace(':', '')}-real" / "steps.csv")
+def real_steps(folder: Path, policy: str) -> pd.DataFrame:
+    return pd.read_csv(folder / f"{policy.replace(':', '')}-real" / "steps.csv")
+
+
+def run_factor(
+    steps: pd.DataFrame, run: dict, k: float, engine: dict
+) -> tuple[float, float, float]:
+    """(time in the passes, raw predicted pass time, the same times each step's speed) of one
+    real run. Reports priced by a speed trace (v22 on) keep each step's speed in steps.csv:
+    predicted_s = (k x raw + o) x speed there."""
+    speed = steps.get("speed", 1.0)
     verify = steps["batch_tokens"] - steps["prefill_tokens"]
     overhead = (
         engine["per_step_s"]
         + engine["per_seq_s"] * steps["num_running"]
         + engine["per_token_s"] * verify
     )
-    raw = float(((steps["predicted_s"] - overhead) / k).sum())
-    return run["passes_wall_s"], raw
+    raw = (steps["predicted_s"] / speed - overhead) / k
+    return run["passes_wall_s"], float(raw.sum()), float((raw * speed).sum())
 
 
 def _drift_records(report: Path) -> list[dict]:
@@ -57,8 +65,8 @@ def triples(report: Path) -> pd.DataFrame:
         if not mine:  # a drifted attempt that was not kept: its runs are not in diagnostics
             continue
         k = t["pass_factor"]
-        parts = [run_factor(report / folder, r["policy"], r, k, engine) for r in mine]
-        factor = sum(p for p, _ in parts) / sum(q for _, q in parts)
+        parts = [run_factor(real_steps(report / folder, r["policy"]), r, k, engine) for r in mine]
+        factor = sum(p for p, _, _ in parts) / sum(q for _, q, _ in parts)
         before, after = t["before"]["wall"], t["after"]["wall"]
         rows.append({
             "report": report.name, "load": t["load"], "seed": t["seed"], "attempt": t["attempt"],
@@ -71,15 +79,20 @@ def triples(report: Path) -> pd.DataFrame:
 
 def reference_runs(report: Path) -> pd.DataFrame:
     """Reports priced by reference passes (v20 on): one row per kept run, its own factor, the
-    error of its reference-priced k and of the calibration's k alone (no tracking)."""
+    error of the factor its report priced it with (v22 on: the calibration's k times its speed
+    trace, weighted by the steps' raw pass time; v20-v21: its median k), of its median k (one
+    factor per run) and of the calibration's k alone (no tracking)."""
     engine = json.loads((report / "calibration" / "engine.json").read_text())
     rows = []
     for r in json.loads((report / "diagnostics.json").read_text())["runs"]:
-        passes, raw = run_factor(report / r["folder"], r["policy"], r, r["pass_factor"], engine)
+        steps = real_steps(report / r["folder"], r["policy"])
+        k = engine["pass_factor"] if "speed" in steps else r["pass_factor"]
+        passes, raw, sped = run_factor(steps, r, k, engine)
         factor = passes / raw
         rows.append({
             "report": report.name, "load": r["load"], "seed": r["seed"], "policy": r["policy"],
-            "runs": factor, "reference": r["pass_factor"] / factor - 1,
+            "runs": factor, "reference": k * sped / raw / factor - 1,
+            "median": r["pass_factor"] / factor - 1,
             "calibration": engine["pass_factor"] / factor - 1,
             "drift": r["reference"]["drift"],
         })  # fmt: skip
@@ -92,7 +105,7 @@ def main() -> None:
     if any(by_reference) and not all(by_reference):
         sys.exit("give reports of one kind: checks beside triples (v17-v19) or references (v20-)")
     reader, cols = (
-        (reference_runs, ["reference", "calibration"])
+        (reference_runs, ["reference", "median", "calibration"])
         if all(by_reference)
         else (triples, ["priced", "before", "after", "mean"])
     )

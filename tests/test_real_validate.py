@@ -354,8 +354,9 @@ def test_the_speed_trace_prices_each_step_at_the_core_speed_of_its_moment():
     assert got.tolist() == [2.0, 2.0, 4.0, 4.0]
     clock = trace.clock()
     assert clock.seconds(clock.start(2.6), 0.25) == 1.0
-    with pytest.raises(ValueError):
-        Samples((), (), ()).trace(calibration)
+    short = Samples((), (), ())  # a run that never reached its first pass
+    assert short.trace(calibration)(np.array([0.0, 9.0])).tolist() == [1.0, 1.0]
+    assert run_factor(1.05, short, calibration) == 1.05
 
 
 def test_a_trace_clock_scales_every_step_of_a_simulation_and_nothing_else(tmp_path):

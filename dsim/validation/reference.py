@@ -87,8 +87,11 @@ class Samples:
         )
 
     def trace(self, calibration: Samples) -> SpeedTrace:
-        """The run's speed trace against the calibration's reference (module doc)."""
+        """The run's speed trace against the calibration's reference (module doc); a run too
+        short to reach its first pass (under `every` verifies) runs at the calibration's."""
         half, times = WINDOW // 2, self.wall
+        if not times:
+            return SpeedTrace(np.zeros(1), np.ones(1))
         speed = [
             statistics.median(times[max(0, j - half) : j + half + 1]) / calibration.median_wall
             for j in range(len(times))
@@ -204,5 +207,8 @@ class _RunClock(WallClock):
 
 def run_factor(pass_factor: float, run: Samples, calibration: Samples) -> float:
     """The run's median pass factor: the calibration's k moved as its median reference pass
-    moved (what one factor for the whole run would price; the report's summary)."""
+    moved (what one factor for the whole run would price; the report's summary): k itself for
+    a run without passes, as its trace (`Samples.trace`)."""
+    if not run.wall:
+        return pass_factor
     return pass_factor * run.median_wall / calibration.median_wall

@@ -99,7 +99,6 @@ def validate(
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
     phases.mark("load and profile")
-    bench.reference.take()
     cal = calibrate_engine(bench, raw, trace_prompts(prompts))
     pricing = Pricing(cal, bench.reference.take())
     meta["engine_calibration"] = describe(cal)

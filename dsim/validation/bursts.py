@@ -40,13 +40,8 @@ def warm_up(bench: Bench, spec: RunSpec) -> None:
     round of a policy in a process compiles its kernels (numba, cached on disk after the
     first run on a machine), which would otherwise land in the calibration's overhead (a
     cold cache once charged a burst 1.7 s: 32 ms a step instead of 3)."""
-    s = bench.settings
-    for policy in s.policies:
-        run_real(
-            replace(spec, trace=arrivals_spec(BURST_RATE, 1, WARM_UP_TOKENS), policy=policy),
-            bench.target, bench.drafter, bench.out / BURST_PROMPTS, bench.clock, WARM_UP_TOKENS,
-            make_backend=bench.backend,
-        )  # fmt: skip
+    for policy in bench.settings.policies:
+        serve_burst(bench, replace(spec, policy=policy), 1, WARM_UP_TOKENS)
 
 
 def write_engine_profiles(cal: EngineCalibration, spec: RunSpec, folder: Path) -> RunSpec:
@@ -58,16 +53,21 @@ def write_engine_profiles(cal: EngineCalibration, spec: RunSpec, folder: Path) -
     return replace(spec, profile=str(target), draft_cost=str(draft))
 
 
+def serve_burst(bench: Bench, spec: RunSpec, n: int, tokens: int) -> RealRun:
+    """The first n calibration prompts, arriving together, served for real under `spec`'s
+    policy, at most `tokens` each."""
+    return run_real(
+        replace(spec, trace=arrivals_spec(BURST_RATE, n, tokens)),
+        bench.target, bench.drafter, bench.out / BURST_PROMPTS, bench.clock, tokens,
+        make_backend=bench.backend,
+    )  # fmt: skip
+
+
 def serve_bursts(bench: Bench, spec: RunSpec, n: int, folder: Path) -> list[RealRun]:
-    """A burst of the first n calibration prompts (arriving together) per policy, served for
-    real; each run written to folder/POLICY-n-real."""
-    s, runs = bench.settings, []
-    for policy in s.policies:
-        run = run_real(
-            replace(spec, trace=arrivals_spec(BURST_RATE, n, s.max_new_tokens), policy=policy),
-            bench.target, bench.drafter, bench.out / BURST_PROMPTS, bench.clock, s.max_new_tokens,
-            make_backend=bench.backend,
-        )  # fmt: skip
+    """A burst of n (`serve_burst`) per policy; each run written to folder/POLICY-n-real."""
+    runs = []
+    for policy in bench.settings.policies:
+        run = serve_burst(bench, replace(spec, policy=policy), n, bench.settings.max_new_tokens)
         write_real_run(run, folder / f"{policy.replace(':', '')}-{n}-real")
         runs.append(run)
     return runs

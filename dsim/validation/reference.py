@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -78,22 +79,19 @@ class Samples:
         times = self.wall if clock == "wall" else self.cpu
         if len(times) < 3:
             return 0.0
-        half = WINDOW // 2
-        neighbours = [
-            times[max(0, j - half) : j] + times[j + 1 : j + half + 1] for j in range(len(times))
-        ]
         return statistics.fmean(
-            abs(t / statistics.median(n) - 1) for t, n in zip(times, neighbours, strict=True)
+            abs(t / statistics.median(_window(times, j, own=False)) - 1)
+            for j, t in enumerate(times)
         )
 
     def trace(self, calibration: Samples) -> SpeedTrace:
         """The run's speed trace against the calibration's reference (module doc); a run too
         short to reach its first pass (under `every` verifies) runs at the calibration's."""
-        half, times = WINDOW // 2, self.wall
+        times = self.wall
         if not times:
             return SpeedTrace(np.zeros(1), np.ones(1))
         speed = [
-            statistics.median(times[max(0, j - half) : j + half + 1]) / calibration.median_wall
+            statistics.median(_window(times, j, own=True)) / calibration.median_wall
             for j in range(len(times))
         ]
         return SpeedTrace(np.asarray(self.at, np.float64), np.asarray(speed, np.float64))
@@ -111,6 +109,12 @@ class Samples:
         }
 
 
+def _window(times: tuple[float, ...], j: int, own: bool) -> tuple[float, ...]:
+    """The passes of the WINDOW centred on pass j (fewer at the ends), with or without j."""
+    half = WINDOW // 2
+    return times[max(0, j - half) : j] + times[j : j + 1] * own + times[j + 1 : j + half + 1]
+
+
 @dataclass(frozen=True)
 class SpeedTrace:
     """The core's speed through a run relative to the calibration's (1.0: as fast), at the
@@ -123,10 +127,14 @@ class SpeedTrace:
         if not len(self.at):
             raise ValueError("a speed trace needs at least one reference pass")
 
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """(P - 1,) engine times where the nearer pass changes."""
+        return (self.at[1:] + self.at[:-1]) / 2
+
     def __call__(self, t: np.ndarray | float) -> np.ndarray:
         """The speed at engine times `t`: (n,) -> (n,)."""
-        edges = (self.at[1:] + self.at[:-1]) / 2  # (P - 1,) where the nearer pass changes
-        return self.speed[np.searchsorted(edges, t, side="right")]
+        return self.speed[np.searchsorted(self.edges, t, side="right")]
 
     def clock(self) -> TraceClock:
         return TraceClock(self)

@@ -99,11 +99,22 @@ def reference_runs(report: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _refuse(message: str) -> None:
+    """One line on stderr, exit 2: the arguments are the input."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     reports = [Path(arg) for arg in sys.argv[1:]]
+    if not reports:
+        _refuse("usage: checks_vs_runs.py REPORT_FOLDER ... (e.g. experiments/validation/v26)")
+    for report in reports:
+        if not (report / "comparison.json").is_file():
+            _refuse(f"{report}: not a validation report (no comparison.json)")
     by_reference = ["runs" in _drift_records(r)[0] for r in reports]
     if any(by_reference) and not all(by_reference):
-        sys.exit("give reports of one kind: checks beside triples (v17-v19) or references (v20-)")
+        _refuse("give reports of one kind: checks beside triples (v17-v19) or references (v20-)")
     reader, cols = (
         (reference_runs, ["reference", "median", "calibration"])
         if all(by_reference)

@@ -27,15 +27,16 @@ quiet() {
 # reference pass of a fixed shape outside the run's clock, each step of a run's simulations is
 # priced by the run's speed trace (its reference passes, windows of 5), and a triple with a run
 # whose core moved faster than its trace follows (unfollowed drift beyond 10%) is re-run once
-# (at most 3 re-runs a study). v22-v24 are three consecutive default runs (the three-quiet-runs
-# target), each after its own wait for a quiet machine. v20-v21 priced each run by its median
+# (at most 3 re-runs a study). v26-v28 are three consecutive default runs (the three-quiet-runs
+# target, met; v22-v24 missed it, v25 began a cut-short attempt), each after its own wait for a
+# quiet machine (since v25 a warm-up request per policy precedes the calibration). v20-v21 priced each run by its median
 # reference pass and judged the drift from its first third to its last; v18-v19 priced each
 # triple by a check of bursts before it; v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
 # profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
 # profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
 # warm-up passes per point).
-for v in ${RUNS:-v22 v23 v24}; do
+for v in ${RUNS:-v26 v27 v28}; do
   quiet
   $DSIM validate --out "experiments/validation/$v"
 done

@@ -29,8 +29,9 @@ quiet() {
 # whose core moved faster than its trace follows (unfollowed drift beyond 10%) is re-run once
 # (at most 3 re-runs a study). v26-v28 are three consecutive default runs (the three-quiet-runs
 # target, met; v22-v24 missed it, v25 began a cut-short attempt), each after its own wait for a
-# quiet machine (since v25 a warm-up request per policy precedes the calibration). v20-v21 priced each run by its median
-# reference pass and judged the drift from its first third to its last; v18-v19 priced each
+# quiet machine (since v25 a warm-up request per policy precedes the calibration). v20-v21
+# priced each run by its median reference pass and judged the drift from its first third to its
+# last; v18-v19 priced each
 # triple by a check of bursts before it; v2-v10 are the earlier reports (v5: no engine calibration; v6:
 # one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
 # profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the

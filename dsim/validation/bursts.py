@@ -38,8 +38,8 @@ def calibrate_engine(bench: Bench, spec: RunSpec, prompts: list[Prompt]) -> Engi
 def warm_up(bench: Bench, spec: RunSpec) -> None:
     """One untimed request per policy, thrown away, before anything is measured: the first
     round of a policy in a process compiles its kernels (numba, cached on disk after the
-    first run on a machine), which would otherwise land in the calibration's overhead (a
-    cold cache once charged a burst 1.7 s: 32 ms a step instead of 3)."""
+    first run on a machine), which would otherwise land in the calibration's overhead (on a
+    cold cache, about 1.7 s in one burst: ten times the engine's own time a step)."""
     for policy in bench.settings.policies:
         serve_burst(bench, replace(spec, policy=policy), 1, WARM_UP_TOKENS)
 

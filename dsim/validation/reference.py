@@ -15,9 +15,9 @@ so the machine's speed is priced as it moved, and the run's own passes never ent
 
 What a trace cannot follow is a core that changes faster than its window: a run's *unfollowed
 drift* is the mean |pass / (median of its WINDOW - 1 neighbours) - 1| over its passes, each pass
-judged against a trace it took no part in. The old summary, the median pass of the run's last
-third over its first third, minus 1, is kept as the run's drift (what one factor for the whole
-run could not have followed).
+judged against a trace it took no part in. A run's drift, the median pass of its last third
+over its first third, minus 1, is reported beside it: what one factor for the whole run could
+not have followed.
 """
 
 from __future__ import annotations

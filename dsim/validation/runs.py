@@ -141,7 +141,7 @@ def _parts(
     """What the error attribution (`figures.attribution`) reads of one real run (the overhead
     charged scaled by the trace, as the simulations scale it)."""
     steps = run.result.steps
-    overhead = cal.overhead_s(steps.num_running, steps.batch_tokens - steps.prefill_tokens)
+    overhead = cal.step_overheads(steps)
     return {
         "tpot_real": measured["real"]["tpot_p50_s"],
         "tpot_sim": measured["trace"]["tpot_p50_s"],

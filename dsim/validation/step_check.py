@@ -180,6 +180,12 @@ def step_model_check(priced: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def verify_tokens(steps: Any) -> np.ndarray:
+    """V of each step (a step log or a `steps.csv` frame): its batch tokens less its prefill
+    tokens, what the overhead o = a + b R + c V counts."""
+    return np.asarray(steps.batch_tokens) - np.asarray(steps.prefill_tokens)
+
+
 def run_totals(run: RealRun, predicted_s: float) -> dict[str, float]:
     """One real run's step totals: its requests, steps, sum R, sum V, W, M (wall, and on the
     thread's CPU clock) and P (the profiles' prediction)."""
@@ -188,7 +194,7 @@ def run_totals(run: RealRun, predicted_s: float) -> dict[str, float]:
         "requests": len(run.result.requests),
         "steps": len(steps.latency_s),
         "seqs": float(steps.num_running.sum()),
-        "verify_tokens": float((steps.batch_tokens - steps.prefill_tokens).sum()),
+        "verify_tokens": float(verify_tokens(steps).sum()),
         "wall_s": float(steps.latency_s.sum()),
         "model_s": run.backend.model_s,
         "model_cpu_s": run.backend.model_cpu_s,
@@ -234,6 +240,10 @@ class EngineCalibration:
         """a steps + b R + c V: o of one step (R and V scalars or arrays), or of a run in all
         from its totals (`run_totals`: steps, sum R, sum V)."""
         return self.per_step_s * steps + self.per_seq_s * seqs + self.per_token_s * verify_tokens
+
+    def step_overheads(self, steps: Any) -> np.ndarray:
+        """(n,) o of each step of a step log or a `steps.csv` frame."""
+        return self.overhead_s(np.asarray(steps.num_running), verify_tokens(steps))
 
     def apply(self, profile: Path, out: Path, overhead: bool) -> None:
         """Write `profile` engine-calibrated to `out`: k x latency, plus o when `overhead`

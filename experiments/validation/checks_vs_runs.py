@@ -10,10 +10,10 @@ reference passes (v20 on) it sets each run's own factor beside its reference-pri
 calibration's k alone.
 
 The raw prediction of a run comes from its `steps.csv`: predicted_s = k x raw + o, where o is
-the calibration's overhead a + b R + c V (V = batch tokens - prefill tokens, as the fit counts
+the calibration's overhead a + b R + c V (`EngineCalibration.step_overheads`, as the fit counts
 it), so raw = (predicted_s - o) / k.
 
-    .venv/bin/python experiments/validation/checks_vs_runs.py experiments/validation/v18 ...
+    .venv/bin/python experiments/validation/checks_vs_runs.py experiments/validation/v26 ...
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from dsim.report import markdown_table
+from dsim.validation.step_check import EngineCalibration
 
 
 def real_steps(folder: Path, policy: str) -> pd.DataFrame:
@@ -38,12 +39,7 @@ def run_factor(
     real run. Reports priced by a speed trace (v22 on) keep each step's speed in steps.csv:
     predicted_s = (k x raw + o) x speed there."""
     speed = steps.get("speed", 1.0)
-    verify = steps["batch_tokens"] - steps["prefill_tokens"]
-    overhead = (
-        engine["per_step_s"]
-        + engine["per_seq_s"] * steps["num_running"]
-        + engine["per_token_s"] * verify
-    )
+    overhead = EngineCalibration(**engine).step_overheads(steps)
     raw = (steps["predicted_s"] / speed - overhead) / k
     return run["passes_wall_s"], float(raw.sum()), float((raw * speed).sum())
 
@@ -112,6 +108,8 @@ def main() -> None:
     for report in reports:
         if not (report / "comparison.json").is_file():
             _refuse(f"{report}: not a validation report (no comparison.json)")
+        if not (report / "runs").is_dir():
+            _refuse(f"{report}: no runs/ (reports before v22 lost theirs to .gitignore)")
     by_reference = ["runs" in _drift_records(r)[0] for r in reports]
     if any(by_reference) and not all(by_reference):
         _refuse("give reports of one kind: checks beside triples (v17-v19) or references (v20-)")

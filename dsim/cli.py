@@ -14,8 +14,9 @@ import typer
 from dsim import run_commands
 from dsim.acceptance import commands as acceptance_commands
 from dsim.checks import finite
-from dsim.errors import InputError, Interrupted, Notice, SimulationStuck, WorkerLost
+from dsim.errors import InputError, Notice, SimulationStuck, WorkerLost
 from dsim.hardware import commands as hardware_commands
+from dsim.interrupts import Interrupts
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
 from dsim.policies import commands as policy_commands
@@ -75,48 +76,57 @@ def harden(command) -> Any:
     return command
 
 
-def _interrupt(signum: int, frame) -> None:
-    for sig in _SIGNALS:  # a second Ctrl-C must not cut the cleanup short
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Input errors: a path the user named cannot be used as asked.
 _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR}
 _PATH_ERRNOS |= {errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTEMPTY}
 
 
+class _Exit(Exception):
+    """How a command ends when it does not return: its exit code and its one line (or none)."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(code, message)
+        self.code, self.message = code, message
+
+
 def _fail(message: str, code: int) -> NoReturn:
-    print(f"dsim: {message}", file=sys.stderr)
-    sys.exit(code)
+    raise _Exit(code, f"dsim: {message}")
 
 
 def main() -> None:
     """Entry point. Exit codes: 0 done; 1 the run failed (disk full, engine stuck, a sweep's
     worker lost); 2 bad input (one line naming the file, row and problem; a plug-in policy
     that fails is input too, with its traceback when DSIM_TRACEBACK=1); 130 / 143 interrupted
-    by SIGINT / SIGTERM (one line, no final outputs written). Warnings (torch's, say) are shown
-    after a command that succeeds and dropped when it fails, so an error stays one line; dsim's
-    own notices (`dsim.errors.Notice`) are one `dsim: note:` line each."""
-    try:
-        previous = {sig: signal.signal(sig, _interrupt) for sig in _SIGNALS}
-    except ValueError:  # not the main thread (an embedding caller): keep its handlers
-        previous = {}
-    try:
-        with warnings.catch_warnings(record=True) as caught:
+    by SIGINT / SIGTERM at any moment, a first compile included (one line, no final outputs
+    written: whatever the interrupted code raised instead is dropped). Warnings (torch's, say)
+    are shown after a command that succeeds and dropped when it fails, so an error stays one
+    line; dsim's own notices (`dsim.errors.Notice`) are one `dsim: note: ` line each."""
+    end = _Exit(0)
+    with Interrupts() as interrupts, warnings.catch_warnings(record=True) as caught:
+        try:
             code = _dispatch()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    notes = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, Notice))
-    for note in notes:
-        print(f"dsim: note: {note}", file=sys.stderr)
-    for w in caught:
-        if not issubclass(w.category, Notice):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if isinstance(code, int) and code:
-        sys.exit(code)
+            end = _Exit(code if isinstance(code, int) else 0)
+        except _Exit as exc:
+            end = exc
+        except BaseException:
+            if interrupts.stop() is None:
+                raise
+        finally:
+            interrupts.stop()
+    signum = interrupts.signum
+    if signum is not None:
+        end = _Exit(128 + signum, f"dsim: interrupted by {signal.Signals(signum).name}")
+    elif not end.code:
+        notes = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, Notice))
+        for note in notes:
+            print(f"dsim: note: {note}", file=sys.stderr)
+        for w in caught:
+            if not issubclass(w.category, Notice):
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if end.message:
+        print(end.message, file=sys.stderr)
+    if end.code:
+        sys.exit(end.code)
 
 
 def _dispatch() -> Any:
@@ -127,8 +137,6 @@ def _dispatch() -> Any:
         if os.environ.get(TRACEBACK_ENV) == "1" and getattr(err, "detail", ""):
             print(err.detail, file=sys.stderr, end="")  # a plug-in's own traceback, on request
         _fail(f"error: {err}", 2)
-    except Interrupted as exc:
-        _fail(f"interrupted by {signal.Signals(exc.signum).name}", 128 + exc.signum)
     except typer.TyperException as exc:  # typer's usage errors: a bad or missing option
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()

@@ -3,11 +3,14 @@ files: `dsim collect`'s trace and tokens, `dsim serve`'s requests and texts, the
 tokens and accepted counts, and the sampled training answers. Refactors of the speculative
 round and the KV cache must leave them as they are.
 
-Integers (tokens, counts, lengths) are compared exactly everywhere. A float array is kept as
-its digest and as a few fixed random projections: on a machine whose float kernels give the
-same bits as the one that wrote the files (`FLOATS`, a digest of a fixed matmul and softmax)
-the digests must agree bit for bit; on another (a CPU with other SIMD units rounds matmuls
-differently in the last bits) the projections must agree within PROJ_TOL of the array's norm.
+Integers (tokens, counts, lengths) are compared exactly everywhere. A float array is kept as its
+norm and 4 fixed random projections, compared within PROJ_TOL of the norm on every machine:
+CPUs of one kind differ in their SIMD units, and each unit's kernels (MKL's GEMMs, ATen's
+vectorised softmax and norms) round in their own order, so bits differ across machines while
+what the test guards (a change of behaviour) moves the projections by orders of magnitude more.
+PROJ_TOL is set from a measurement (`benchmarks/golden_tolerance.py`, numbers in
+benchmarks/README.md): 7 times the largest deviation across four kernel paths (1.5e-6), 1e5 times
+below what one changed value of a tenth of the norm moves. No sampled token changed on any path.
 
 `DSIM_WRITE_GOLDEN=1 pytest tests/test_real_golden.py` rewrites the files (then review the diff).
 """
@@ -60,64 +63,55 @@ def drafter_for(target, block: str) -> Drafter:
     return drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
 
 
-PROJ_TOL = 1e-4  # projections' tolerance across machines, relative to the array's norm
-
-
-def _sha(a: np.ndarray) -> str:
-    return hashlib.sha256(f"{a.dtype}{a.shape}".encode() + a.tobytes()).hexdigest()[:32]
-
-
-def floats_fingerprint() -> str:
-    """Which float kernels this machine runs: the bits of a fixed matmul and softmax."""
-    g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(37, 64, generator=g), torch.randn(64, 300, generator=g)
-    return _sha(torch.softmax(x @ w, -1).numpy())
-
-
-FLOATS = floats_fingerprint()
+PROJ_TOL = 1e-5  # projections' tolerance, relative to the array's norm: 7x the widest measured
 
 
 def digest(array) -> str | dict:
     """An integer array: sha256 of its dtype, shape and bytes (equal digests are equal arrays).
-    A float array: that digest, its norm and 4 fixed random projections (NaNs as 0, their
-    places in the digest)."""
+    A float array: its norm and 4 fixed random projections (NaNs as 0)."""
     a = np.ascontiguousarray(array.numpy() if isinstance(array, torch.Tensor) else array)
     if not np.issubdtype(a.dtype, np.floating):
-        return _sha(a)
+        return hashlib.sha256(f"{a.dtype}{a.shape}".encode() + a.tobytes()).hexdigest()[:32]
     flat = np.nan_to_num(a.astype(np.float64).ravel(), nan=0.0)
     r = np.random.default_rng(0).standard_normal((4, flat.size))
-    return {"sha": _sha(a), "norm": float(np.linalg.norm(flat)), "proj": (r @ flat).tolist()}
+    return {"norm": float(np.linalg.norm(flat)), "proj": (r @ flat).tolist()}
 
 
-def same(got, expected, exact: bool) -> bool:
-    """Golden equality (module doc): float digests by their bits where `exact`, else by their
-    projections; everything else exactly."""
+def deviation(got, expected) -> float:
+    """The largest projection difference over the golden norm, across the float digests in
+    `got` (nested in lists or not); inf where the shapes of the two differ."""
     if isinstance(got, dict) and isinstance(expected, dict) and "proj" in expected:
-        if exact:
-            return got["sha"] == expected["sha"]
-        scale = PROJ_TOL * max(expected["norm"], 1e-12)
-        return np.allclose(got["proj"], expected["proj"], rtol=0, atol=scale)
-    if isinstance(got, list) and isinstance(expected, list):
-        return len(got) == len(expected) and all(
-            same(g, e, exact) for g, e in zip(got, expected, strict=True)
-        )
+        diff = np.abs(np.subtract(got["proj"], expected["proj"])).max()
+        return float(diff / max(expected["norm"], 1e-12))
+    if isinstance(got, list) and isinstance(expected, list) and len(got) == len(expected):
+        return max((deviation(g, e) for g, e in zip(got, expected, strict=True)), default=0.0)
+    return np.inf
+
+
+def is_floats(value) -> bool:
+    """A float digest, or a list of them (an empty list counts: it holds no integers)."""
+    if isinstance(value, list):
+        return all(is_floats(v) for v in value)
+    return isinstance(value, dict) and "proj" in value
+
+
+def same(got, expected) -> bool:
+    """Golden equality (module doc): float digests within PROJ_TOL, everything else exactly."""
+    if is_floats(expected) and expected != []:
+        return deviation(got, expected) <= PROJ_TOL
     return got == expected
 
 
 def check(name: str, got: dict) -> None:
     path = GOLDEN / f"{name}.json"
-    got = {**got, "floats": FLOATS}
     lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(got.items())]
     text = "{\n" + ",\n".join(lines) + "\n}\n"  # a key per line: a diff names what changed
     if os.environ.get("DSIM_WRITE_GOLDEN"):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     expected = json.loads(path.read_text())
-    exact = expected.get("floats") == FLOATS
-    for key in sorted((expected.keys() | got.keys()) - {"floats"}):
-        assert same(got.get(key), expected.get(key), exact), (
-            f"{name}: {key} differs from {path.name}"
-        )
+    for key in sorted(expected.keys() | got.keys()):
+        assert same(got.get(key), expected.get(key)), f"{name}: {key} differs from {path.name}"
 
 
 @pytest.mark.parametrize("block", ["encoder", "llama"])
@@ -176,14 +170,15 @@ def test_generate_matches_golden(target):
     check(f"generate_{target.name}", got)
 
 
-def test_floats_compare_by_bits_on_the_same_kernels_and_by_projections_elsewhere():
+def test_floats_compare_within_the_tolerance_and_a_change_beyond_it_fails():
     a = np.random.default_rng(1).standard_normal(500).astype(np.float32)
-    rounded = a * np.float32(1 + 1e-6)  # what other SIMD units' rounding does
+    rounded = a * np.float32(1 + 1e-6)  # other SIMD units' rounding: ~1e-7 relative per value
     changed = a.copy()
-    changed[7] += 0.1 * np.linalg.norm(a)  # what a change of behaviour does
+    changed[7] += 10 * PROJ_TOL * np.linalg.norm(a)  # a change ten times the tolerance
     golden = digest(a)
-    assert same(digest(a), golden, exact=True) and same(digest(a), golden, exact=False)
-    assert not same(digest(rounded), golden, exact=True)
-    assert same(digest(rounded), golden, exact=False)
-    assert not same(digest(changed), golden, exact=False)
+    assert same(digest(a), golden) and same(digest(rounded), golden)
+    assert deviation(digest(rounded), golden) > 0  # the bits differ, the comparison holds
+    assert not same(digest(changed), golden)
+    assert not same([digest(a), digest(changed)], [golden, golden])  # inside lists too
+    assert not same([digest(a)], [golden, golden])
     assert digest(np.arange(4)) == digest(np.arange(4)) != digest(np.arange(1, 5))  # ints: exact

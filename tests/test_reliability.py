@@ -30,9 +30,9 @@ LONG = "synthetic:rate=20,duration=5000"  # minutes of simulation: long enough t
 
 
 # -- interrupts ---------------------------------------------------------------------------------
-def _start(args: list[str]) -> subprocess.Popen:
+def _start(args: list[str], **env_extra: str) -> subprocess.Popen:
     """Start `dsim ARGS` and return once its signal handlers are installed (SIGTERM caught)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env_extra}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dsim", *args, "--no-progress"],
         cwd=ROOT,
@@ -70,6 +70,21 @@ def test_interrupted_run_exits_130_and_writes_nothing(tmp_path):
     assert proc.returncode == 130
     assert err == "dsim: interrupted by SIGINT\n"
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("delay", [0.4, 0.8, 1.2, 1.6, 2.0])
+def test_interrupt_during_the_first_compile_exits_130_with_one_line(tmp_path, delay):
+    """A cold kernel cache: the signal lands in numba's compiler, where a raised exception is
+    dropped by a ctypes callback or wrapped in a SystemError (dsim.interrupts)."""
+    out = tmp_path / "o"
+    args = ["run", "--trace", LONG, "--profile", PROFILE, "--out", str(out)]
+    proc = _start(args, NUMBA_CACHE_DIR=str(tmp_path / "cold-cache"))
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "dsim: interrupted by SIGINT\n")
+    assert not out.exists()
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")

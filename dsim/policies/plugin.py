@@ -79,18 +79,20 @@ def _alarm(signum, frame) -> None:
 
 @contextmanager
 def _time_limit() -> Iterator[None]:
-    """SIGALRM after the call limit; only on the main thread, where signals are delivered."""
+    """SIGALRM after the call limit; only on the main thread, where signals are delivered. The
+    timer it replaces (an interrupt's retry, `dsim.interrupts`) is set again afterwards."""
     seconds = _limit["seconds"]
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    timer = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_REAL, *timer)
 
 
 _inside = threading.local()

@@ -73,10 +73,11 @@ def test_interrupted_run_exits_130_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
-@pytest.mark.parametrize("delay", [0.4, 0.8, 1.2, 1.6, 2.0])
-def test_interrupt_during_the_first_compile_exits_130_with_one_line(tmp_path, delay):
-    """A cold kernel cache: the signal lands in numba's compiler, where a raised exception is
-    dropped by a ctypes callback or wrapped in a SystemError (dsim.interrupts)."""
+@pytest.mark.parametrize("delay", [0.0, 0.4, 0.8, 1.2, 1.6, 2.0])
+def test_interrupt_during_imports_or_the_first_compile_exits_130_with_one_line(tmp_path, delay):
+    """At 0 the signal lands in the command line's imports (dsim.__main__); later, with a cold
+    kernel cache, in numba's compiler, where a raised exception is dropped by a ctypes callback
+    or wrapped in a SystemError (dsim.interrupts)."""
     out = tmp_path / "o"
     args = ["run", "--trace", LONG, "--profile", PROFILE, "--out", str(out)]
     proc = _start(args, NUMBA_CACHE_DIR=str(tmp_path / "cold-cache"))

@@ -8,6 +8,8 @@ import typer
 
 from dsim import spec_grammar
 from dsim.errors import InputError
+from dsim.fileio import check_output_dir, check_output_file
+from dsim.force_option import FORCE
 from dsim.models.target import SMOLLM2, TINY
 from dsim.report import progress_bar
 
@@ -86,6 +88,7 @@ def prepare_data_cmd(
     from dsim.models.target import load_target
 
     shards = _shard(shard)
+    check_output_dir(out, "meta.json")  # a cache folder dsim started, or a new or empty one
     torch.set_num_threads(threads)
     model = load_target(target)
     kept = _kept_layers(layers, int(model.model.config.num_hidden_layers))
@@ -158,13 +161,15 @@ def train_cmd(
     ),
     resume: bool = typer.Option(False, help="continue from the training state if present"),
     threads: int = typer.Option(1, help="torch CPU threads"),
+    force: bool = FORCE,
 ) -> None:
     """Train a drafter on cached target states (docs/design.md, The drafter family)."""
     import torch
 
+    from dsim.models.checkpoint import is_checkpoint
     from dsim.models.data import TrainCache
     from dsim.models.target import load_target
-    from dsim.models.train import TrainSettings, train_drafter
+    from dsim.models.train import TrainSettings, is_training_state, train_drafter
 
     _check_kinds(drafter, block)
     weights = _loss_weights(loss)
@@ -184,6 +189,9 @@ def train_cmd(
     )
     torch.set_num_threads(threads)
     state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
+    check_output_file(out, force, ours=is_checkpoint)  # before the training, not after it
+    if not (resume and state.exists()):  # a resumed state is read (and refused if foreign)
+        check_output_file(state, force, ours=is_training_state)
     cache = TrainCache.load(data)
     model = load_target(target)
     with progress_bar(f"train {drafter}", steps) as bar:
@@ -208,6 +216,7 @@ def collect_cmd(
     batch_size: int = typer.Option(16, help="sequences decoded together"),
     seed: int = typer.Option(0, help="sampling seed"),
     threads: int = typer.Option(1, help="torch CPU threads"),
+    force: bool = FORCE,
 ) -> None:
     """Speculative decoding with full-block verification; records an acceptance trace."""
     import shlex
@@ -221,6 +230,7 @@ def collect_cmd(
     from dsim.models.data import read_prompt_file
     from dsim.models.target import load_target
 
+    check_output_file(out, force, sidecar=True)  # before the decoding, not after it
     torch.set_num_threads(threads)
     chosen = read_prompt_file(prompts)[:limit]
     model = load_target(target)

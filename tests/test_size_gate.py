@@ -84,7 +84,7 @@ def test_yes_starts_it_and_says_so(monkeypatch, capsys, tmp_path):
 
 
 def test_long_work_under_the_limits_is_said_before_it_starts(monkeypatch, capsys):
-    monkeypatch.setattr(size_gate, "NOTE_SECONDS", 0.0)
+    monkeypatch.setattr(size_gate, "NOTE_SECONDS", 0.0)  # 30 requests are not long
     code, _, err = run_cli(monkeypatch, capsys, "run", "--trace", TRACE, "--no-progress")
     assert code == 0, err
     assert "dsim: note: this run is 1 point and 30 simulated requests" in err

@@ -166,10 +166,9 @@ def train_cmd(
     """Train a drafter on cached target states (docs/design.md, The drafter family)."""
     import torch
 
-    from dsim.models.checkpoint import is_checkpoint
     from dsim.models.data import TrainCache
     from dsim.models.target import load_target
-    from dsim.models.train import TrainSettings, is_training_state, train_drafter
+    from dsim.models.train import TrainSettings, train_drafter
 
     _check_kinds(drafter, block)
     weights = _loss_weights(loss)
@@ -188,10 +187,7 @@ def train_cmd(
         loss=weights,
     )
     torch.set_num_threads(threads)
-    state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
-    check_output_file(out, force, ours=is_checkpoint)  # before the training, not after it
-    if not (resume and state.exists()):  # a resumed state is read (and refused if foreign)
-        check_output_file(state, force, ours=is_training_state)
+    state = _train_outputs(out, state, resume, force)
     cache = TrainCache.load(data)
     model = load_target(target)
     with progress_bar(f"train {drafter}", steps) as bar:
@@ -203,6 +199,19 @@ def train_cmd(
 
         stats = train_drafter(drafter, gamma, cache, model, settings, out, state, resume, report)
     typer.echo(" ".join(f"{k}={v:.4g}" for k, v in stats.items()) + f" out={out}")
+
+
+def _train_outputs(out: Path, state: Path | None, resume: bool, force: bool) -> Path:
+    """The training state's path; both outputs checked before the training, not after it (a
+    resumed state is read, and refused if it is not one)."""
+    from dsim.models.checkpoint import is_checkpoint
+    from dsim.models.train import is_training_state
+
+    state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
+    check_output_file(out, force, ours=is_checkpoint)
+    if not (resume and state.exists()):
+        check_output_file(state, force, ours=is_training_state)
+    return state
 
 
 def collect_cmd(

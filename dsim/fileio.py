@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -84,6 +85,109 @@ def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
+def sidecar_of(path: str | Path) -> Path:
+    """NAME.json beside NAME.csv or NAME.parquet: what the file is and the command that made it."""
+    return Path(path).with_suffix(".json")
+
+
+def write_with_sidecar(path: str | Path, writer: Callable[[Path], None], meta: dict) -> None:
+    """A table and its NAME.json sidecar: the sidecar lands only once the table is whole, then
+    the table; a failure before either move leaves both as they were."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+        write_json(sidecar_of(path), meta)
+
+
+# The text chunk dsim stamps into every PNG it writes (no version or date: the same figure
+# gives the same bytes), so a later run can tell its own picture from a user's.
+PNG_STAMP = {"Software": "dsim"}
+
+
+def write_png(fig: Any, path: str | Path, dpi: int) -> None:
+    """A matplotlib figure as a PNG, atomically, stamped as dsim's (`PNG_STAMP`)."""
+    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata=PNG_STAMP))
+
+
+def dsim_wrote(path: str | Path) -> bool:
+    """Whether dsim wrote the file at `path`, by the mark each kind of output carries: a JSON
+    sidecar's `command` is the dsim command line that made it; a PNG has dsim's text stamp; a
+    table (CSV, Parquet) is dsim's when its NAME.json sidecar is."""
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            obj = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        command = obj.get("command") if isinstance(obj, dict) else None
+        return isinstance(command, str) and command.startswith("dsim ")
+    if path.suffix == ".png":
+        return _png_text(path, "Software") == PNG_STAMP["Software"]
+    side = sidecar_of(path)
+    return side != path and side.is_file() and dsim_wrote(side)
+
+
+def _png_text(path: Path, key: str) -> str | None:
+    """The value of a PNG's tEXt chunk `key` (None: not a PNG, or no such chunk)."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(8) != b"\x89PNG\r\n\x1a\n":
+                return None
+            while len(head := fh.read(8)) == 8:
+                length, kind = struct.unpack(">I4s", head)
+                if kind != b"tEXt":
+                    fh.seek(length + 4, os.SEEK_CUR)
+                    continue
+                name, _, value = fh.read(length).partition(b"\0")
+                fh.seek(4, os.SEEK_CUR)
+                if name.decode("latin-1") == key:
+                    return value.decode("latin-1")
+    except OSError:
+        return None
+    return None
+
+
+def check_output_file(
+    path: str | Path,
+    force: bool,
+    sidecar: bool = False,
+    ours: Callable[[Path], bool] = dsim_wrote,
+) -> None:
+    """An output file dsim may replace: absent, written by dsim (`ours`: `dsim_wrote`, or the
+    reader of a format that carries its own mark, such as a drafter checkpoint), or `force`d;
+    with `sidecar`, its NAME.json too. Anything else (a user's file, a folder, a link) is an
+    InputError, before any work is done."""
+    path = Path(path)
+    if sidecar and path.suffix == ".json":
+        raise InputError(path, None, "is the name of its own NAME.json sidecar: choose another")
+    for file in (path, sidecar_of(path)) if sidecar else (path,):
+        if file.is_symlink() or file.is_dir():
+            kind = "a link" if file.is_symlink() else "a folder"
+            raise InputError(
+                file, None, f"is {kind}, not a file dsim may replace: choose another --out"
+            )
+        mine = ours if file == path else dsim_wrote
+        if file.exists() and not force and not mine(file):
+            which = "" if file == path else f" (the sidecar of {path.name})"
+            raise InputError(
+                file,
+                None,
+                f"exists and dsim did not write it{which}: not replacing it (choose another "
+                "--out, or --force to replace it)",
+            )
+    folder = next(p for p in (path.absolute().parent, *path.absolute().parents) if p.exists())
+    _probe(folder)  # the nearest folder that exists: nothing is made before the work
+
+
+def _probe(folder: Path) -> None:
+    """Write and remove a file in `folder`, or an InputError naming it."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dsim-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(folder, None, f"cannot write here: {exc.strerror or exc}") from None
+
+
 def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
     """An output folder dsim may replace: absent, empty, or holding `owner` (so dsim wrote it;
     with several names, any one of them).
@@ -108,11 +212,9 @@ def check_writable(folder: str | Path) -> None:
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".dsim-probe.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
     except OSError as exc:
         raise InputError(folder, None, f"cannot write here: {exc.strerror or exc}") from None
+    _probe(folder)
 
 
 @contextmanager

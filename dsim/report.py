@@ -115,6 +115,11 @@ class Bar:
     def advance(self, n: int = 1) -> None:
         self._progress.advance(self._task, n)
 
+    def resume(self, done: int) -> None:
+        """Start the count at `done` (points a resumed sweep already has) without counting
+        them as this run's pace, so the time remaining reads only the work done now."""
+        self._progress.reset(self._task, completed=done)
+
     def describe(self, text: str) -> None:
         self._progress.update(self._task, description=text)
 

@@ -17,6 +17,7 @@ from dsim.report import console, progress_bar, summary_table, warn
 from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
 from dsim.run_inputs import resolve
 from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
+from dsim.size_gate import YES, check_size, run_size
 
 # `--help` groups the options in these panels.
 WORKLOAD, ENGINE, SPECULATION, CLUSTER = "Workload", "Engine", "Speculation", "Cluster"
@@ -172,6 +173,7 @@ def run_cmd(
     kv_bytes_per_token: float | None = KV_BYTES,
     progress: bool = PROGRESS,
     plugin_timeout: float = PLUGIN_TIMEOUT,
+    yes: bool = YES,
 ) -> None:
     """Simulate replicas serving a trace under a verification policy."""
     spec = spec_from(locals())
@@ -179,6 +181,7 @@ def run_cmd(
     if out is not None:
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
     inputs = resolve(spec)
+    check_size(run_size(inputs.workload), yes)
     for line in inputs.engine.warnings:
         warn(line)
     with progress_bar("simulating requests", total=None, enabled=progress) as update:

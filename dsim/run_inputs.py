@@ -207,13 +207,16 @@ def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:
     return kv_bytes_per_token(spec.profile, sidecar, None)
 
 
-def load_spec_workload(spec: RunSpec) -> Workload:
+def load_spec_workload(spec: RunSpec, trace: Workload | None = None) -> Workload:
     """The spec's trace at its rate scale, cut to its window on that scaled timeline (so a
     higher load reads more of the trace for the same simulated seconds), then to its first
     requests. A window past the trace's end is an error unless `window_wrap` replays the
-    trace end to end."""
+    trace end to end. `trace`: the spec's trace already read (a sweep's size gate reads each
+    trace once)."""
     with reading("trace"):
-        workload = load_workload(shipped.locate(spec.trace), spec.seed).scale_rate(spec.rate_scale)
+        if trace is None:
+            trace = load_workload(shipped.locate(spec.trace), spec.seed)
+        workload = trace.scale_rate(spec.rate_scale)
         if spec.window:
             start, end = spec_grammar.window(spec.window)
             workload = _fit_window(workload, spec, end).window(start, end)

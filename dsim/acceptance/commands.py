@@ -17,6 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dsim.fileio import check_output_file
+from dsim.force_option import FORCE
+
 METRICS = ("ECE", "AUC", "Brier")
 SPECS = (
     "iid:A, positions:Q1,.. (latent means; spreads 0 by default, served as given), "
@@ -108,10 +111,12 @@ def synth_acceptance(
             show_default=False,
         ),
     ] = None,
+    force: bool = FORCE,
 ) -> None:
     """Write an acceptance trace sampled from a parametric acceptance model."""
     from dsim.acceptance.synth import write_synthetic_trace
 
+    check_output_file(out, force, sidecar=True)
     command = shlex.join(["dsim", *sys.argv[1:]])
     df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command, tokens)
     Console().print(f"wrote {out} ({len(df)} rounds, {sequences} sequences, gamma {gamma})")

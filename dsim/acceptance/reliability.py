@@ -15,7 +15,7 @@ from dsim.acceptance.calibration import (
     prefix_labels,
     reliability_bins,
 )
-from dsim.fileio import write_with
+from dsim.fileio import write_png
 
 
 def plot_reliability(
@@ -61,4 +61,4 @@ def plot_reliability(
         if k == 0:
             ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    write_png(fig, path, dpi=110)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.fileio import atomic_path, write_json, write_parquet
+from dsim.fileio import sidecar_of, write_json, write_parquet, write_with_sidecar
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
@@ -31,9 +31,7 @@ def tv_columns(gamma: int) -> list[str]:
     return [f"tv_{k}" for k in range(1, gamma + 1)]
 
 
-def sidecar_path(path: str | Path) -> Path:
-    """NAME.json beside NAME.parquet."""
-    return Path(path).with_suffix(".json")
+sidecar_path = sidecar_of  # NAME.json beside NAME.parquet
 
 
 def trace_gamma(df: pd.DataFrame) -> int:
@@ -62,9 +60,7 @@ def write_acceptance_trace(df: pd.DataFrame, path: str | Path, meta: dict[str, A
     gamma = trace_gamma(clean)
     meta = {"gamma": gamma, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **meta}
     _validate_meta(meta, sidecar_path(path), gamma)
-    with atomic_path(path) as tmp:
-        write_parquet(clean, tmp)
-        write_json(sidecar_path(path), meta)  # only once the table is whole; then both land
+    write_with_sidecar(path, lambda tmp: write_parquet(clean, tmp), meta)
 
 
 def read_trace_metadata(path: str | Path) -> dict[str, Any]:

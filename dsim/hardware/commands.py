@@ -10,6 +10,8 @@ import typer
 
 from dsim import spec_grammar
 from dsim.errors import InputError
+from dsim.fileio import check_output_file
+from dsim.force_option import FORCE
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
 from dsim.models.target import SMOLLM2
 
@@ -146,12 +148,14 @@ def profile(
     drafter: bool = DRAFTER,
     draft_model: str = DRAFT_MODEL,
     out: Path = OUT,
+    force: bool = FORCE,
 ) -> None:
     """Measure a profile (or estimate it with --roofline) and write CSV + JSON sidecar."""
     if ctx.invoked_subcommand is not None:
         return
     if out is None:
         raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
+    check_output_file(out, force, sidecar=True)  # before minutes of measuring, not after
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
         if drafter:
@@ -231,11 +235,12 @@ def _measure(
 def show(
     file: Path = typer.Argument(..., help="Profile CSV."),
     out: Path = typer.Option(None, help="PNG to write (default: FILE with .png)."),
+    force: bool = FORCE,
 ) -> None:
     """Print the curve and plot SPS(B) and tokens/s against B per context, knee marked."""
     from dsim.hardware.show import show_profile
 
-    png = show_profile(file, out)
+    png = show_profile(file, out, force)
     typer.echo(f"wrote {png}")
 
 

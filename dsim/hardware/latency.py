@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.fileio import write_json, write_with
+from dsim.fileio import write_with_sidecar
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
@@ -171,9 +171,7 @@ def gpu_figures(sidecar: dict[str, Any], replicas: int, throughput_tok_s: float)
 
 def write_profile(df: pd.DataFrame, path: str | Path, meta: dict[str, Any]) -> None:
     """Write the CSV and its JSON sidecar atomically."""
-    path = Path(path)
-    write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format="%.6g"))
-    write_json(path.with_suffix(".json"), meta)
+    write_with_sidecar(path, lambda tmp: df.to_csv(tmp, index=False, float_format="%.6g"), meta)
 
 
 def _interp_linear(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:

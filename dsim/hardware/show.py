@@ -24,7 +24,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dsim.fileio import write_with
+from dsim.fileio import check_output_file, write_png
 from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
 from dsim.report import figure
 
@@ -135,7 +135,7 @@ def plot(per_curve: dict[Any, pd.DataFrame], title: str, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig = profile_figure(per_curve, title)
-    write_with(out, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    write_png(fig, out, dpi=120)
     plt.close(fig)
 
 
@@ -192,14 +192,16 @@ def _draw(ax_sps, ax_tok, c: pd.DataFrame, style: str, colour) -> None:
             ax.plot(k, y[at].iloc[0], "x", ms=7, mew=1.5, color=colour)
 
 
-def show_profile(path: str | Path, out: str | Path | None = None) -> Path:
-    """Print the profile tables and write the PNG (default: beside the CSV); returns the PNG."""
+def show_profile(path: str | Path, out: str | Path | None = None, force: bool = False) -> Path:
+    """Print the profile tables and write the PNG (default: beside the CSV; a PNG dsim did not
+    write is replaced only with `force`); returns the PNG."""
     path = Path(path)
     df = read_profile(path)
     model = LatencyModel(df, name=path.stem, engine=engine_label(path))
     meta = profile_metadata(path)
-    Console().print(render_table(path, df, meta, model))
     png = Path(out) if out is not None else path.with_suffix(".png")
+    check_output_file(png, force)
+    Console().print(render_table(path, df, meta, model))
     kind = "estimate" if meta.get("estimate") else "measured"
     plot(curves(df, model.verify.r_dependent), f"{path.stem} ({kind})", png)
     return png

@@ -56,6 +56,15 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return blob
 
 
+def is_checkpoint(path: Path) -> bool:
+    """Whether `path` holds a drafter checkpoint dsim wrote (`dsim train --out` replaces one)."""
+    try:
+        read_checkpoint(path)
+    except InputError:
+        return False
+    return True
+
+
 def _config(path: Path, blob: dict[str, Any]) -> DrafterConfig:
     """The stored config, its sizes checked before anything is allocated from them."""
     try:

@@ -8,6 +8,8 @@ import typer
 
 from dsim import spec_grammar
 from dsim.errors import InputError
+from dsim.fileio import check_output_dir, check_output_file
+from dsim.force_option import FORCE
 from dsim.models.target import SMOLLM2, TINY
 from dsim.report import progress_bar
 
@@ -86,6 +88,7 @@ def prepare_data_cmd(
     from dsim.models.target import load_target
 
     shards = _shard(shard)
+    check_output_dir(out, "meta.json")  # a cache folder dsim started, or a new or empty one
     torch.set_num_threads(threads)
     model = load_target(target)
     kept = _kept_layers(layers, int(model.model.config.num_hidden_layers))
@@ -158,6 +161,7 @@ def train_cmd(
     ),
     resume: bool = typer.Option(False, help="continue from the training state if present"),
     threads: int = typer.Option(1, help="torch CPU threads"),
+    force: bool = FORCE,
 ) -> None:
     """Train a drafter on cached target states (docs/design.md, The drafter family)."""
     import torch
@@ -183,7 +187,7 @@ def train_cmd(
         loss=weights,
     )
     torch.set_num_threads(threads)
-    state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
+    state = _train_outputs(out, state, resume, force)
     cache = TrainCache.load(data)
     model = load_target(target)
     with progress_bar(f"train {drafter}", steps) as bar:
@@ -197,6 +201,19 @@ def train_cmd(
     typer.echo(" ".join(f"{k}={v:.4g}" for k, v in stats.items()) + f" out={out}")
 
 
+def _train_outputs(out: Path, state: Path | None, resume: bool, force: bool) -> Path:
+    """The training state's path; both outputs checked before the training, not after it (a
+    resumed state is read, and refused if it is not one)."""
+    from dsim.models.checkpoint import is_checkpoint
+    from dsim.models.train import is_training_state
+
+    state = state or Path(".cache/dsim") / f"{out.stem}.state.pt"
+    check_output_file(out, force, ours=is_checkpoint)
+    if not (resume and state.exists()):
+        check_output_file(state, force, ours=is_training_state)
+    return state
+
+
 def collect_cmd(
     drafter: Path = typer.Option(..., help="drafter checkpoint (dsim train)"),
     prompts: Path = typer.Option(..., help="prompt file: JSON lines with id, domain, prompt"),
@@ -208,6 +225,7 @@ def collect_cmd(
     batch_size: int = typer.Option(16, help="sequences decoded together"),
     seed: int = typer.Option(0, help="sampling seed"),
     threads: int = typer.Option(1, help="torch CPU threads"),
+    force: bool = FORCE,
 ) -> None:
     """Speculative decoding with full-block verification; records an acceptance trace."""
     import shlex
@@ -221,6 +239,7 @@ def collect_cmd(
     from dsim.models.data import read_prompt_file
     from dsim.models.target import load_target
 
+    check_output_file(out, force, sidecar=True)  # before the decoding, not after it
     torch.set_num_threads(threads)
     chosen = read_prompt_file(prompts)[:limit]
     model = load_target(target)

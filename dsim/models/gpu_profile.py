@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from dsim.errors import InputError
-from dsim.fileio import write_json, write_with
+from dsim.fileio import write_with_sidecar
 from dsim.models.ragged import KVPool
 
 COLUMNS = (
@@ -401,8 +401,7 @@ def profile_serving(
     )
     meta = {**_sidecar(shape, name, grid, dev), **settings, "skipped": skipped}
     meta["wall_s"] = round(time.perf_counter() - started, 1)
-    write_with(Path(out), lambda tmp: tmp.write_text(_csv_text(rows)))
-    write_json(Path(out).with_suffix(".json"), meta)
+    write_with_sidecar(out, lambda tmp: tmp.write_text(_csv_text(rows)), meta)
     return rows
 
 

@@ -21,6 +21,7 @@ in the cache; the drafter checkpoint itself holds fp16 weights only.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -239,6 +240,18 @@ def _save_state(path, drafter, optimizer, schedule, generator, step: int) -> Non
     }
     with atomic_path(path) as tmp:
         torch.save(blob, tmp)
+
+
+STATE_KEYS = {"config", "model", "optimizer", "schedule", "rng", "step"}
+
+
+def is_training_state(path: str | os.PathLike) -> bool:
+    """Whether `path` holds a training state dsim wrote (`_save_state`'s keys)."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch raises many types for a file it cannot read
+        return False
+    return isinstance(blob, dict) and set(blob) == STATE_KEYS
 
 
 def _load_state(path, drafter, optimizer, schedule, generator, config) -> int:

@@ -12,12 +12,18 @@ from dsim.pareto.analysis import analyse
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.report import render_report
 from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
+from dsim.size_gate import check_size, sweep_size
 
 
-def prepare(config: str | Path, executor: str, jobs: int) -> tuple[SweepConfig, list[Point]]:
-    """Every check that can fail on input, before anything is simulated or written."""
+def prepare(
+    config: str | Path, executor: str, jobs: int, yes: bool = False
+) -> tuple[SweepConfig, list[Point]]:
+    """Every check that can fail on input, before anything is simulated or written; the size
+    gate (`dsim.size_gate`) before a spec is built per point, so a huge sweep is refused at
+    once."""
     cfg = load_config(config)
     check_executor(executor, jobs)
+    check_size(sweep_size(cfg, jobs), yes, config)
     return cfg, make_points(cfg.specs())
 
 

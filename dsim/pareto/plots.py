@@ -13,7 +13,7 @@ import matplotlib.ticker as ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dsim.fileio import write_with  # noqa: E402
+from dsim.fileio import write_png  # noqa: E402
 from dsim.pareto.analysis import Analysis  # noqa: E402
 from dsim.pareto.config import BEST_FIXED, SweepConfig  # noqa: E402
 from dsim.pareto.frontier import X, Y  # noqa: E402
@@ -22,8 +22,7 @@ from dsim.policies.registry import BUILT_INS  # noqa: E402
 
 def _save(fig: plt.Figure, path: Path) -> None:
     """PNG without a timestamp or version stamp, so the same sweep gives the same bytes."""
-    stamp = {"Software": None}
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata=stamp))
+    write_png(fig, path, dpi=120)
     plt.close(fig)
 
 

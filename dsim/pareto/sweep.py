@@ -83,9 +83,19 @@ def point_dir(out: Path, key: str) -> Path:
     return out / "points" / key
 
 
+def _summary_file(out: Path, key: str) -> Path:
+    """What marks a point finished (`write_run` moves its folder in whole)."""
+    return point_dir(out, key) / "summary.json"
+
+
+def unfinished(points: list[Point], out: Path) -> list[Point]:
+    """The points without a stored summary in `out`: the ones a run of the sweep simulates."""
+    return [p for p in points if not _summary_file(out, p.key).is_file()]
+
+
 def read_summary(out: Path, key: str) -> dict | None:
     """The stored summary of a finished point, or None when the point has not finished."""
-    path = point_dir(out, key) / "summary.json"
+    path = _summary_file(out, key)
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())

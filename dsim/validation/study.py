@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.errors import InputError
-from dsim.fileio import write_json, write_with
+from dsim.fileio import check_output_dir, write_json, write_with
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
 from dsim.run_spec import RunSpec
 from dsim.validation.bench import Bench
@@ -64,6 +64,9 @@ from dsim.validation.runs import Pricing, one_run, utc
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import PassClocks
 
+# What marks a folder as a study's: its results, or the first file a study writes.
+STUDY_OWNERS = ("validation.json", "prompts-served.jsonl")
+
 
 def validate(
     s: Settings, out: Path, log: Callable[[str], None] = print, clocks: PassClocks = PassClocks()
@@ -73,6 +76,7 @@ def validate(
     runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
     Input errors are raised before anything is written. `clocks` time the model passes."""
     s.check()
+    check_output_dir(out, STUDY_OWNERS)  # a study's folder (an interrupted one resumes) or new
     prompts = read_prompt_file(s.prompts)
     served = served_prompts(prompts)
     half, trace_meta = trace_half(s.acceptance, s.prompts, len(prompts))

@@ -1,9 +1,9 @@
 """Measure the serving-grade verify-step profile of a dense decoder (Qwen3-8B by default) on a
-GPU: `dsim.models.gpu_profile` over R x q x C, random weights, CUDA graphs (README.md,
-Serving-grade profile). Needs only torch and this repository (no pandas, numpy, transformers,
-simpy or network), so it runs on the lent GPU machine as it is:
+GPU: `dsim.models.gpu_profile` over R x q x C, random weights, CUDA graphs. Needs only torch and
+this package (no pandas, numpy, transformers, simpy or network), so it runs on a bare GPU
+machine from a checkout:
 
-    python3 experiments/gpu_profile/serving_profile.py --out $OUT/h200-qwen3-8b-serving.csv
+    python3 -m dsim.models.serving_profile --out $OUT/h200-qwen3-8b-serving.csv
 
 `--device cpu --dtype float32` with a small grid runs the same code on a CPU (a smoke test).
 Bad input: one line, exit 2.
@@ -19,8 +19,6 @@ import sys
 import warnings
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
 # The GPU machine has no numpy; torch works without it and says so once at import.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
@@ -28,6 +26,11 @@ import torch  # noqa: E402
 
 from dsim.errors import InputError  # noqa: E402
 from dsim.models.gpu_profile import VerifyGrid, profile_serving  # noqa: E402
+
+MODULE = "dsim.models.serving_profile"
+# Qwen3-8B's config.json fields (dsim.hardware.zoo's, checked equal by a test), read here
+# without importing the zoo, so the device needs nothing but torch.
+QWEN3_8B_CONFIG = Path(__file__).resolve().parent / "data" / "qwen3-8b-config.json"
 
 SEQS = "1,2,4,8,16,32,64,128,256"
 TOKENS = "1,2,3,4,5,6,7,8"
@@ -58,7 +61,7 @@ def environment(device: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default=str(HERE / "qwen3-8b-config.json"), help="config.json")
+    p.add_argument("--config", default=str(QWEN3_8B_CONFIG), help="config.json")
     p.add_argument("--name", default="qwen3-8b", help="the model's name in the profile")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16")
@@ -76,10 +79,11 @@ def main(argv: list[str] | None = None) -> None:
         fields = json.loads(Path(args.config).read_text())
         grid = VerifyGrid(ints(args.seqs, "--seqs"), ints(args.tokens, "--tokens"),
                     ints(args.contexts, "--contexts"))  # fmt: skip
+        command = shlex.join(["python3", "-m", MODULE, *sys.argv[1:]])
         rows = profile_serving(
             fields, args.name, grid, args.out, device=args.device, dtype=args.dtype,
             repeats=args.repeats, warmup=args.warmup, deadline_s=args.deadline_s,
-            allow_math=args.allow_math, command=shlex.join(["python3", *sys.argv]),
+            allow_math=args.allow_math, command=command,
             progress=lambda line: print(line, flush=True),
         )  # fmt: skip
     except (InputError, OSError, json.JSONDecodeError) as exc:

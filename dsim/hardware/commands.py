@@ -11,6 +11,7 @@ import typer
 from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
+from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2
 
 ENGINE_NAMES = ", ".join(ENGINES)
@@ -213,6 +214,7 @@ def _measure(
     options: dict,
 ) -> None:  # fmt: skip
     """Time real forward passes: on CPU real mode's own pass in float32, on CUDA the HF model."""
+    require_lab("dsim profile (a measurement; --roofline GPU estimates without it)")
     if device == "cpu":  # real mode's own pass (dsim.models.cpu_profile), float32 as real mode
         if dtype not in ("auto", "float32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")

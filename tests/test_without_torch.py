@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import ROOT
+from test_pareto import TINY as SWEEP
 
 from dsim.hardware.latency import read_profile
 from dsim.lab import INSTALL, LAB
@@ -35,17 +36,6 @@ try:
     main()
 finally:
     assert not BLOCKED & set(sys.modules), "a lab module was imported"
-"""
-
-PROFILE = ROOT / "profiles/h200-qwen3-8b-roofline.csv"
-SWEEP = f"""
-policies = ["mtp1", "dspark"]
-[run]
-trace = "synthetic:rate=4,duration=8,prompt=200,output=48"
-profile = "{PROFILE}"
-gamma = 4
-[load]
-rate_scale = [1, 2]
 """
 
 

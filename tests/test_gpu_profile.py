@@ -4,7 +4,6 @@ and the device script's config and CSV (dsim.models.gpu_profile)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -16,7 +15,7 @@ import torch
 from conftest import ROOT
 
 from dsim.errors import InputError
-from dsim.hardware import zoo
+from dsim.hardware import estimate_check, zoo
 from dsim.hardware.latency import LatencyModel, read_profile
 from dsim.models.gpu_profile import (
     COLUMNS,
@@ -31,12 +30,12 @@ from dsim.models.gpu_profile import (
     replayer,
 )
 from dsim.models.ragged import KVPool
+from dsim.models.serving_profile import QWEN3_8B_CONFIG
 
 TINY = dict(
     model_type="qwen3", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=50, rope_theta=1e4,
 )  # fmt: skip
-HERE = ROOT / "experiments" / "gpu_profile"
 
 
 @pytest.fixture(autouse=True)
@@ -197,21 +196,14 @@ def test_bad_config_and_dtype_are_input_errors(tmp_path):
 
 
 def test_device_config_is_the_zoos_qwen3_8b():
-    fields = json.loads((HERE / "qwen3-8b-config.json").read_text())
+    fields = json.loads(QWEN3_8B_CONFIG.read_text())
     assert fields == zoo.ZOO["qwen3-8b"]
     shape = Shape.from_fields(fields)
     assert (shape.num_attention_heads, shape.num_key_value_heads, shape.qk_norm) == (32, 8, True)
 
 
-def _compare_module():
-    spec = importlib.util.spec_from_file_location("compare_serving", HERE / "compare_serving.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_comparison_reads_level_and_shape_point_by_point(tmp_path):
-    compare = _compare_module()
+    compare = estimate_check
     rows = [(r, q, c) for c in (512, 2048) for r in (1, 16) for q in (1, 2, 4)]
     points = pd.DataFrame(rows, columns=["num_seqs", "q", "context_len"])
     points["batch_tokens"] = points["num_seqs"] * points["q"]
@@ -259,9 +251,10 @@ def test_device_script_needs_only_torch(tmp_path):
     blocked = ("pandas", "numpy", "transformers", "simpy", "typer", "rich", "scipy", "pyarrow")
     code = (
         "import sys, runpy\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
         f"for m in {blocked!r}: sys.modules[m] = None\n"
-        f"sys.argv = ['serving_profile.py'] + sys.argv[1:]\n"
-        f"runpy.run_path({str(HERE / 'serving_profile.py')!r}, run_name='__main__')\n"
+        "sys.argv = ['serving_profile'] + sys.argv[1:]\n"
+        "runpy.run_module('dsim.models.serving_profile', run_name='__main__')\n"
     )
     args = ["--config", str(config), "--device", "cpu", "--dtype", "float32", "--seqs", "1,2",
             "--tokens", "1,2", "--contexts", "3", "--repeats", "2", "--out", str(out)]  # fmt: skip

@@ -28,6 +28,7 @@ from dsim.models.train import (
     drafter_loss,
     train_drafter,
 )
+from dsim.validation.settings import DEFAULT_DRAFTER
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = TrainSettings(steps=30, batch_size=16, lr=3e-3, warmup=3, vocab_size=300, context=4)
@@ -185,15 +186,16 @@ def test_checkpoint_round_trip_and_old_format(target, cache, tmp_path) -> None:
     assert load_drafter(tmp_path / "old.pt", target).config.block == "encoder"
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_shipped_checkpoints_build(kind) -> None:
-    """drafters/*.pt are the second recipe (dsim-drafter/2, llama block) and load strictly."""
-    blob = read_checkpoint(REPO / "drafters" / f"{kind}.pt")
+def test_the_shipped_checkpoint_builds() -> None:
+    """The one shipped drafter (the default of `dsim validate`) is the second recipe
+    (dsim-drafter/2, llama block) and loads strictly."""
+    blob = read_checkpoint(REPO / DEFAULT_DRAFTER)
     config = DrafterConfig(**blob["config"])
     drafter = Drafter(config, blob["weights"]["vocab"])
     drafter.load_state_dict({k: v.float() if v.is_floating_point() else v
                              for k, v in blob["weights"].items()})  # fmt: skip
     assert blob["format"] == "dsim-drafter/2" and config.block == "llama"
+    assert config.kind == DEFAULT_DRAFTER.stem
 
 
 @pytest.mark.parametrize("kind", KINDS)

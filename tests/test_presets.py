@@ -47,7 +47,7 @@ def test_dflash_chat_keeps_its_suffix_decay():
 
 
 def test_committed_constants_are_the_fit_output():
-    fit = json.loads((ROOT / "experiments/presets/fit.json").read_text())["presets"]
+    fit = json.loads((ROOT / "dsim/acceptance/data/preset_fit.json").read_text())["presets"]
     assert set(fit) == {":".join(k) for k in FITTED}
     for key, (latent, shift) in FITTED.items():
         assert list(latent) == fit[":".join(key)]["latent_logits"]

@@ -2,8 +2,8 @@
 
 A preset is a drafter (eagle3, dflash, dspark), a domain (math = GSM8K, code = HumanEval,
 chat = MT-Bench: one Table 1 column each) and a target (qwen3-4b, qwen3-8b, qwen3-14b). Its latent
-per-position logit means are fitted offline (experiments/presets/fit_presets.py, output in
-experiments/presets/fit.json) so that the conditional acceptance curve the parametric model
+per-position logit means are fitted offline (the rule in docs/presets.md; the fit's output is
+dsim/acceptance/data/preset_fit.json) so that the conditional acceptance curve the parametric model
 produces for Qwen3-4B matches the paper's position-wise figures and its accepted length matches
 Table 1; the 8B and 14B presets keep the 4B shape and add one logit shift to reach their own rows.
 docs/presets.md says which shapes the paper gives and which are interpolated or invented.
@@ -35,7 +35,7 @@ TABLE1: dict[tuple[str, str, str], float] = {
     (t, d, m): row[i] for (t, d), row in _ROWS.items() for i, m in enumerate(DOMAIN_COLUMNS)
 }
 
-# Fitted by experiments/presets/fit_presets.py at FIT_SPREAD, FIT_SPREAD_REQ (copied from fit.json).
+# Fitted at FIT_SPREAD, FIT_SPREAD_REQ (docs/presets.md; copied from data/preset_fit.json).
 # (drafter, domain) -> (latent logit mean per position for Qwen3-4B, {target: logit shift})
 FITTED: dict[tuple[str, str], tuple[tuple[float, ...], dict[str, float]]] = {
     ("eagle3", "math"): (

@@ -13,6 +13,7 @@ from dsim.errors import InputError
 from dsim.fileio import check_output_file
 from dsim.force_option import FORCE
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
+from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2
 
 ENGINE_NAMES = ", ".join(ENGINES)
@@ -217,6 +218,7 @@ def _measure(
     options: dict,
 ) -> None:  # fmt: skip
     """Time real forward passes: on CPU real mode's own pass in float32, on CUDA the HF model."""
+    require_lab("dsim profile (a measurement; --roofline GPU estimates without it)")
     if device == "cpu":  # real mode's own pass (dsim.models.cpu_profile), float32 as real mode
         if dtype not in ("auto", "float32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")

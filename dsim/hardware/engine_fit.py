@@ -1,5 +1,5 @@
 """Fitting the engine presets' step terms on published end-to-end runs (profiles/README.md,
-Engine presets; the rules: experiments/engines/rules.md).
+Engine presets; the rules: docs/engine-fit-rules.md).
 
 Each plain-decoding row the rules admit is one measured decode step (median ITL, or mean TPOT
 with the other requests' prefill work in it) at its Little's-law batch R = output tok/s x mean
@@ -261,7 +261,7 @@ def record() -> dict:
     """What a sidecar records about the engine fit: data, rules, terms, held-out errors."""
     return {
         "data": "dsim/hardware/data/engines/published_benchmarks.csv (README: sources)",
-        "rules": "experiments/engines/rules.md",
+        "rules": "docs/engine-fit-rules.md",
         "rows": {str(i): list(v) for i, v in ROWS.items()},
         "terms_s": {name: asdict(t) for name, t in presets().items()},
         "leave_one_source_out": {k: v for k, v in loso().items() if k != "rows"},

@@ -187,7 +187,7 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
         return Engine(
             key, description, "SGLang 0.4.4-0.4.5.post3", fit["sglang"], sched, **spec,
             spec_round_source="fitted on SGLang's EAGLE-3 and MTP rows "
-            "(experiments/engines/spec_rules.md)",
+            "(docs/round-fit-rules.md)",
         )  # fmt: skip
     sched = Scheduling(
         True,

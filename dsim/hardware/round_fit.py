@@ -1,5 +1,5 @@
 """Fitting the speculative round cost on the published speculative runs (profiles/README.md,
-Engine presets; the rules: experiments/engines/spec_rules.md).
+Engine presets; the rules: docs/round-fit-rules.md).
 
 A speculative round costs the target's verify pass, the drafter's passes (both priced by the GPU
 model with the engine's step terms) and the engine's speculative machinery beyond them,
@@ -25,7 +25,7 @@ from dsim.hardware.gpu_model import GPUS, SpecRound, StepOverhead, step_time
 
 @dataclass(frozen=True)
 class SpecRow:
-    """One speculative row as the rules read it (spec_rules.md, the table)."""
+    """One speculative row as the rules read it (docs/round-fit-rules.md, the table)."""
 
     row: int
     label: str
@@ -90,7 +90,7 @@ def spec_rows() -> list[SpecRow]:
 
 def drafter_arch(row: SpecRow):
     """One drafter pass's shape: EAGLE-3 one target layer with its 32k head; MTP one MoE layer
-    of the target with the shared head (spec_rules.md, Drafter passes)."""
+    of the target with the shared head (docs/round-fit-rules.md, Drafter passes)."""
     arch = zoo.load_arch(row.model)
     if arch.moe:
         return replace(arch, name=arch.name + "-mtp", layers=1, dense_layers=0)
@@ -188,7 +188,7 @@ def leave_one_out() -> dict:
 def record() -> dict:
     """What a sidecar records about the round-cost fit."""
     return {
-        "rules": "experiments/engines/spec_rules.md",
+        "rules": "docs/round-fit-rules.md",
         "rows": [int(r) for r in round_table()["row"]],
         "terms_s": asdict(spec_round()),
         "leave_one_out": leave_one_out(),

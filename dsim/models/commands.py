@@ -10,6 +10,7 @@ from dsim import spec_grammar
 from dsim.errors import InputError
 from dsim.fileio import check_output_dir, check_output_file
 from dsim.force_option import FORCE
+from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2, TINY
 from dsim.report import progress_bar
 
@@ -76,6 +77,7 @@ def prepare_data_cmd(
 ) -> None:
     """Let the target answer every public prompt except the held-out ones at temperature 1
     and cache its states for training; rerun the same command to resume a build."""
+    require_lab("dsim prepare-data")
     import torch
 
     from dsim.models.data import (
@@ -164,6 +166,7 @@ def train_cmd(
     force: bool = FORCE,
 ) -> None:
     """Train a drafter on cached target states (docs/design.md, The drafter family)."""
+    require_lab("dsim train")
     import torch
 
     from dsim.models.data import TrainCache
@@ -231,6 +234,7 @@ def collect_cmd(
     import shlex
     import sys
 
+    require_lab("dsim collect")
     import torch
 
     from dsim.acceptance.trace import write_acceptance_trace

@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("pareto")
     def pareto(
-        config: Path = typer.Option(..., help="Sweep config TOML (experiments/NAME/*.toml)."),
+        config: Path = typer.Option(
+            ..., help="Sweep config TOML (docs/pareto.md; e.g. docs/examples/h100_sweep.toml)."
+        ),
         out: Path = typer.Option(..., help="Output directory; re-running resumes from it."),
         executor: str = typer.Option("local", help="local (process pool) | ray (Ray tasks)."),
         address: str | None = typer.Option(None, help="Ray cluster address (default: local)."),

@@ -6,8 +6,9 @@
 - `registry`: the names, `parse_policy` and the help text;
 - `check`: the losslessness checks behind `dsim check-policy`; `commands`: that command.
 
-These modules import numpy, `dsim.errors`, `dsim.spec_grammar` and `dsim.codehash` (a leaf
-that says which files are the user's, for a plug-in's error line) only, never the engine, run,
+These modules import numpy, `dsim.errors`, `dsim.spec_grammar`, `dsim.codehash` (a leaf
+that says which files are the user's, for a plug-in's error line) and `dsim.lab` (a leaf that
+says which extra the chi-square test needs) only, never the engine, run,
 pareto, real or cluster layers (the engine imports `protocol`); one exception: `check`'s
 outcome test decodes with the real sampling code, `dsim.models.toy_decoder`, imported inside
 its functions (dsim.models imports nothing from here). Definitions: docs/design.md; the

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from dsim.lab import require_lab
 from dsim.policies.plugin import DEFAULT_CALL_LIMIT_S, TRACEBACK_ENV, set_call_limit
 from dsim.policies.registry import parse_policy, policy_usage
 
@@ -54,6 +55,8 @@ def check_policy(
         raise InputError(None, None, "--trials 0 --sequences 0 checks nothing: give either")
     if 0 < sequences < BATCH:
         raise InputError(None, None, f"--sequences: 0 (no test) or at least {BATCH}")
+    if sequences > 0:  # the toy decoding runs on torch; the property check does not
+        require_lab("check-policy's chi-square test (--sequences 0 skips it)", ("torch",))
 
     def make(sla):
         return parse_policy(spec, sla)

@@ -17,6 +17,7 @@ from typer.models import OptionInfo
 
 from dsim import run_commands as opts
 from dsim.fileio import check_output_dir
+from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2, TINY
 from dsim.real.defaults import DEFAULT_PROMPTS
 from dsim.report import progress_bar, warn
@@ -48,6 +49,7 @@ class RealModels:
 
 def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -> None:
     """Check the options before any model is loaded, then serve and write OUT."""
+    require_lab("dsim serve")
     import torch
 
     from dsim.models.checkpoint import drafter_gamma

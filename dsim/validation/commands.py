@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from dsim import spec_grammar
+from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2, TINY
 from dsim.validation.settings import Settings, parse_loads
 
@@ -79,6 +80,7 @@ def validate_cmd(
     """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
     with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and
     report.md (the accuracy targets marked met or missed)."""
+    require_lab("dsim validate")
     from dsim.validation.study import validate
 
     settings = Settings(

@@ -46,7 +46,7 @@ def step_ms(model: str, tp: int, ep: int, dtype: str, terms: StepOverhead) -> li
 
 
 def brackets(name: str) -> list[tuple[str, StepOverhead]]:
-    """The preset and each prior moved to the end of its range (experiments/engines/rules.md)."""
+    """The preset and each prior moved to the end of its range (docs/engine-fit-rules.md)."""
     t = get_engine(name).terms
     rows = engine_fit.fit_rows()
     out = [("fitted", t)]
@@ -72,8 +72,9 @@ def main() -> None:
     res = engine_fit.loso()
     lines = ["# Engine fit: terms, leave-one-source-out error, brackets", ""]
     lines += ["Made by `experiments/engines/report.py` from `dsim/hardware/engine_fit.py` under"]
-    lines += ["the rules in `rules.md` (committed before this fit). Errors are predicted / "]
-    lines += ["measured - 1 of the row's TPOT or ITL.", "", "## Terms (fitted on every row)", ""]
+    lines += ["the rules in `docs/engine-fit-rules.md` (committed before this fit)."]
+    lines += ["Errors are predicted / measured - 1 of the row's TPOT or ITL.", ""]
+    lines += ["## Terms (fitted on every row)", ""]
     lines += [
         "| preset | per_step ms | per_moe_layer ms | per_seq ms | per_layer ms | per_token ms |"
     ]

@@ -104,9 +104,9 @@ def change_lines() -> list[str]:
 def main() -> None:
     lines = ["# Speculative round cost: fit and leave-one-out reproduction", ""]
     lines += ["Made by `experiments/engines/spec_report.py` from `dsim/hardware/round_fit.py`"]
-    lines += ["under `spec_rules.md` (committed before this fit). A speed-up is the round's"]
-    lines += ["tokens over its time against the same source's plain step:"]
-    lines += ["AL x T_plain / T_round.", ""]
+    lines += ["under `docs/round-fit-rules.md` (committed before this fit)."]
+    lines += ["A speed-up is the round's tokens over its time against the same source's"]
+    lines += ["plain step: AL x T_plain / T_round.", ""]
     lines += fit_lines() + change_lines()
     text = "\n".join(lines)
     write_with(DIR / "spec_fit.md", lambda tmp: Path(tmp).write_text(text))

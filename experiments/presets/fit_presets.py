@@ -8,7 +8,7 @@ then solved so that the curve the simulator produces (rounds pooled as a serving
 spread and spread_req at their defaults) equals the target at every position; the Qwen3-8B and
 -14B presets add one logit shift that moves the serving tau to their Table 1 rows.
 
-    PYTHONPATH=$PWD python experiments/presets/fit_presets.py > experiments/presets/fit.json
+    PYTHONPATH=$PWD python experiments/presets/fit_presets.py > dsim/acceptance/data/preset_fit.json
 
 Deterministic (fixed seeds); about a minute on one core.
 """

@@ -2,9 +2,10 @@
 6, 8 tokens each (context 512), beside v11's step model, which was fitted on R = 1, 4, 16 and
 q = 1, 2, 4, 8 only. Timed as the profile times (round_robin: 2 warm-ups, 7 rounds, 1 thread,
 wall clock); run on a quiet machine.
-Usage: .venv/bin/python experiments/validation/probe_r2.py > experiments/validation/probe_r2.txt
-Other seqs and profile: probe_r2.py --seqs 1,2,3,4 --profile experiments/validation/v12/profile.csv
-(probe_r3.txt: the same probe with R = 3, against v12's model, which measured R = 2 and q = 5).
+Usage: .venv/bin/python experiments/validation/probe_r2.py --profile V11/profile.csv > probe_r2.txt
+(v11's and v12's reports are in commit 336d5cc:
+`git show 336d5cc:experiments/validation/v11/profile.csv`; the default profile is v28's).
+probe_r3.txt: --seqs 1,2,3,4 against v12's model, which measured R = 2 and q = 5.
 Ragged batches, as dspark verifies them: --shapes 3+3,1+5 (q per sequence; column q prints the
 shape), e.g. probe_ragged.txt.
 """
@@ -23,7 +24,7 @@ from dsim.hardware.latency import LatencyModel
 from dsim.hardware.measure import cpu_timer
 from dsim.models.cpu_profile import PassClock, random_target, round_robin
 
-PROFILE = Path(__file__).resolve().parent / "v11" / "profile.csv"
+PROFILE = Path(__file__).resolve().parent / "v28" / "profile.csv"
 CONTEXT = 512
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact commands behind experiments/validation (issues 7 and 17). CPU, 1 torch thread (as in the
+# The exact commands behind experiments/validation. CPU, 1 torch thread (as in the
 # profile's sidecar). Wall-clock comparisons need a quiet machine: run when the 1-minute load
 # average is below ~1.3 (this script waits for it, up to 30 minutes, then runs all three steps
 # back to back; each step records the load average it saw).
@@ -27,16 +27,9 @@ quiet() {
 # reference pass of a fixed shape outside the run's clock, each step of a run's simulations is
 # priced by the run's speed trace (its reference passes, windows of 5), and a triple with a run
 # whose core moved faster than its trace follows (unfollowed drift beyond 10%) is re-run once
-# (at most 3 re-runs a study). v26-v28 are three consecutive default runs (the three-quiet-runs
-# target, met; v22-v24 missed it, v25 began a cut-short attempt), each after its own wait for a
-# quiet machine (since v25 a warm-up request per policy precedes the calibration). v20-v21
-# priced each run by its median reference pass and judged the drift from its first third to its
-# last; v18-v19 priced each
-# triple by a check of bursts before it; v2-v10 are the earlier reports (v5: no engine calibration; v6:
-# one constant overhead per step; v7: mixed steps priced as fused; v8: no drift check; v9: the
-# profile timed point by point; v10: v9 with --requests 30; v11: no R = 2 or q = 5 in the
-# profile; v12: only those cells of R <= 4, q <= 8; v13: no B = 11, 13, no steps.csv; v14: q = 5 at R = 16, two
-# warm-up passes per point).
+# (at most 3 re-runs a study); a warm-up request per policy precedes the calibration. v26-v28
+# are three consecutive default runs, each after its own wait for a quiet machine. Earlier
+# reports (v2-v25) are in the git history (commit 336d5cc), each with its rule in README.md there.
 for v in ${RUNS:-v26 v27 v28}; do
   quiet
   $DSIM validate --out "experiments/validation/$v"

@@ -8,7 +8,7 @@ run's (predicted / real - 1 of the group minus that of the whole run, so a run-w
 speed cancels), time-weighted over the runs. The hypothesis of v13 (a scheduler that
 optimises against the model picks the shapes the model under-prices) predicts dspark's
 interpolated steps below its measured ones, and dspark spending more of its time there.
-Usage: python experiments/validation/steps_by_cell.py experiments/validation/v14
+Usage: python experiments/validation/steps_by_cell.py experiments/validation/v28
 """
 
 from __future__ import annotations

@@ -144,6 +144,34 @@ def test_sla_fast_path_equals_dense_path(seed):
     )
 
 
+@pytest.mark.parametrize("seed", range(200))
+def test_sla_fast_path_equals_dense_path_at_the_boundary(seed):
+    """An SLA met exactly (SPS x tau == SLA) at some step: both paths must sum each request's
+    tau in the same order, or the path taken (which depends on how many candidates there are)
+    decides the admission. dspark-async's lossless breach: survival 0.15 at SPS 1 then 0.5."""
+    rng = np.random.default_rng(seed)
+    r, gamma = int(rng.integers(1, 8)), int(rng.integers(2, 8))
+    conf = np.round(random_conf(rng, r, gamma), 2)  # decimals: sums that round in float
+    rows, survival = candidates(conf)
+    if not len(rows):
+        return
+    speed, _ = throughput(random_sps(rng, r * (gamma + 1)), r, survival)
+    i = int(rng.integers(0, len(rows)))
+    tau = 1.0 + np.cumsum(np.where(rows[: i + 1] == rows[i], survival[: i + 1], 0.0))[-1]
+    sla = float(speed[i + 1] * tau)
+    k = len(rows)
+    assert sla_stop(rows, survival, r, k, speed, sla) == _sla_stop_dense(
+        rows, survival, r, speed, sla
+    )
+
+
+def test_the_boundary_counterexample_stops_on_both_paths():
+    """tau 1.15 at SPS 0.5 drops a request that met 1 tok/s at tau 1 and SPS 1: admit none."""
+    rows, survival, speed = np.array([0]), np.array([0.15]), np.array([1.0, 0.5])
+    assert sla_stop(rows, survival, 1, 1, speed, 1.0) == 0
+    assert _sla_stop_dense(rows, survival, 1, speed, 1.0) == 0
+
+
 def test_sla_stops_happen_in_the_random_instances():
     """The two tests above mean something only if the SLA often stops admission early."""
     rng = np.random.default_rng(0)

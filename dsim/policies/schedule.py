@@ -71,10 +71,16 @@ def sla_stop(
     order = np.argsort(rows, kind="stable")
     grouped, gain = rows[order], survival[order]
     starts = np.r_[True, grouped[1:] != grouped[:-1]]
-    total = np.cumsum(gain)
-    before = (total - gain)[np.maximum.accumulate(np.where(starts, np.arange(k), 0))]
-    tau = np.empty(k)
-    tau[order] = 1.0 + total - before  # tau of the admitted request after each admission
+    rank = np.arange(k) - np.maximum.accumulate(np.where(starts, np.arange(k), 0))
+    # Each request's tau summed in admission order, one request per row: the same floats as
+    # the dense rule's, so the two paths agree bit for bit at the SLA's boundary (a difference
+    # there would let the path taken, which depends on k, decide an admission).
+    sums = np.zeros((r, int(rank.max()) + 2))
+    sums[grouped, rank + 1] = gain
+    sums = np.cumsum(sums, axis=1)
+    tau, before = np.empty(k), np.empty(k)
+    tau[order] = 1.0 + sums[grouped, rank + 1]  # tau of the admitted request after each admission
+    before[order] = 1.0 + sums[grouped, rank]  # and before it
     ends = np.full(k, k + 1)  # the step of the same request's next admission
     same = ~starts[1:]
     ends[order[:-1][same]] = order[1:][same] + 1
@@ -86,7 +92,7 @@ def sla_stop(
     threshold = sla_tps / t
     out = np.searchsorted(-speed, -threshold, side="right")  # first step with SPS < sla/t
     inside = (speed[s] >= threshold) & (out < e)
-    entry = (speed[:-1] >= sla_tps / (tau - survival)) & (speed[1:] < sla_tps / tau)
+    entry = (speed[:-1] >= sla_tps / before) & (speed[1:] < sla_tps / tau)
     drops = np.r_[out[inside], np.flatnonzero(entry) + 1]
     return min(k, int(drops.min()) - 1) if len(drops) else k
 

@@ -119,6 +119,8 @@ def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
 def show(result: RunResult, title: str) -> None:
     """The summary table, the step model it priced steps with and the run's warnings again."""
     console.print(summary_table(result.summary, title))
+    if result.summary.get("trace"):
+        console.print(f"trace: {result.summary['trace']}", highlight=False, soft_wrap=True)
     console.print(f"step model: {result.summary['step_model']}", highlight=False)
     limits = result.summary["engine_limits"]
     budget = limits["max_num_batched_tokens"]
@@ -188,7 +190,14 @@ def run_cmd(
         result = simulate_inputs(inputs, progress=update)
     if out is not None:
         write_run(result, spec, out)
-    show(result, f"dsim run: {policy} on {Path(trace).name}")
+    show(result, f"dsim run: {policy} on {trace_name(spec.trace)}")
+
+
+def trace_name(trace: str) -> str:
+    """What the trace is, for a title: a synthetic trace is not the file it takes lengths from."""
+    if trace.startswith("synthetic"):
+        return "a synthetic trace"
+    return Path(spec_grammar.trace_file(trace)[0]).name
 
 
 def register(app: typer.Typer) -> None:

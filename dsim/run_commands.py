@@ -8,12 +8,13 @@ from typing import Any
 
 import typer
 
+from dsim import sla as tail_sla
 from dsim import spec_grammar
 from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
 from dsim.policies.commands import PLUGIN_TIMEOUT
 from dsim.policies.plugin import set_call_limit
-from dsim.report import console, progress_bar, summary_table, warn
+from dsim.report import console, figure, progress_bar, summary_table, warn
 from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
 from dsim.run_inputs import resolve
 from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
@@ -130,6 +131,12 @@ def show(result: RunResult, title: str) -> None:
         f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
         highlight=False,
     )
+    for v in result.summary.get("sla", ()):
+        verdict = "met" if v["met"] else "MISSED"
+        console.print(
+            f"SLA {v['key']} = {figure(v['value'])} (bound {v['bound']:g}): {verdict}",
+            highlight=False,
+        )
     for line in result.summary.get("warnings", ()):
         console.print(f"warning: {line}", highlight=False, soft_wrap=True)
 
@@ -176,8 +183,15 @@ def run_cmd(
     progress: bool = PROGRESS,
     plugin_timeout: float = PLUGIN_TIMEOUT,
     yes: bool = YES,
+    sla: list[str] = typer.Option(
+        [],
+        "--sla",
+        help=f"A tail bound the run is judged on, repeatable: {tail_sla.USAGE}.",
+        rich_help_panel=WORKLOAD,
+    ),
 ) -> None:
     """Simulate replicas serving a trace under a verification policy."""
+    bounds = tail_sla.parse_options(sla)
     spec = spec_from(locals())
     set_call_limit(plugin_timeout)
     if out is not None:
@@ -188,6 +202,8 @@ def run_cmd(
         warn(line)
     with progress_bar("simulating requests", total=None, enabled=progress) as update:
         result = simulate_inputs(inputs, progress=update)
+    if bounds.bounds:
+        result.summary["sla"] = bounds.verdicts(result.summary)
     if out is not None:
         write_run(result, spec, out)
     show(result, f"dsim run: {policy} on {trace_name(spec.trace)}")

@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
+from dsim import bench_names, spec_grammar
 from dsim import sla as tail_sla
-from dsim import spec_grammar
 from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
 from dsim.policies.commands import PLUGIN_TIMEOUT
@@ -108,12 +108,36 @@ KV_BYTES = option(
 )
 
 
+# `vllm bench serve`'s workload options, with its meanings (dsim.bench_names).
+_BENCH_HELP = {
+    "request_rate": "Requests/s sent as vllm bench serve sends them (inf: all at once); with a "
+    "file trace its timestamps are replaced and its rows' lengths kept in order.",
+    "burstiness": "Gamma shape of --request-rate's gaps (1: Poisson, < 1 burstier).",
+    "max_concurrency": "At most this many requests in flight (closed loop; a file's rows in "
+    "order).",
+    "num_prompts": "Requests to send (alone on a file trace: its first N rows).",
+    "dataset_name": "random: vLLM's random dataset lengths (--random-*).",
+    "random_input_len": "Random dataset's prompt tokens (default 1024).",
+    "random_output_len": "Random dataset's output tokens (default 128).",
+    "random_range_ratio": "Random lengths uniform in [floor(L(1-X)), ceil(L(1+X))], X in [0, 1).",
+}
+BENCH = {
+    name: typer.Option(None, help=text, rich_help_panel="vllm bench serve names")
+    for name, text in _BENCH_HELP.items()
+}
+
+
 def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
     """The RunSpec of a command's options (its RunSpec fields, by name), with `fixed` set;
-    `--qps` becomes the synthetic trace's `rate=`, so both spellings make the same spec."""
+    `--qps` becomes the synthetic trace's `rate=` and the benchmark's names the trace spec
+    they mean (`dsim.bench_names`), so every spelling makes the same spec."""
     given = {f: options[f] for f in SPEC_FIELDS if f in options}
     if options.get("qps") is not None:
         given["trace"] = spec_grammar.with_rate(given["trace"], options["qps"])
+    if "trace" in given:
+        given["trace"], cap = bench_names.trace_spec(given["trace"], options)
+        if cap is not None and given.get("max_requests") is None:
+            given["max_requests"] = cap
     return RunSpec(**given, **fixed)
 
 
@@ -183,6 +207,14 @@ def run_cmd(
     progress: bool = PROGRESS,
     plugin_timeout: float = PLUGIN_TIMEOUT,
     yes: bool = YES,
+    request_rate: float | None = BENCH["request_rate"],
+    burstiness: float | None = BENCH["burstiness"],
+    max_concurrency: int | None = BENCH["max_concurrency"],
+    num_prompts: int | None = BENCH["num_prompts"],
+    dataset_name: str | None = BENCH["dataset_name"],
+    random_input_len: int | None = BENCH["random_input_len"],
+    random_output_len: int | None = BENCH["random_output_len"],
+    random_range_ratio: float | None = BENCH["random_range_ratio"],
     sla: list[str] = typer.Option(
         [],
         "--sla",

@@ -195,7 +195,8 @@ def synthetic(spec: str, seed: int) -> Workload:
         n = int(np.ceil(rate * duration * 1.5)) + 10
     rng = np.random.default_rng([seed, 0x5EED])
     if bench:
-        b = spec_grammar.number(opts["burstiness"], f"{name} burstiness", gt=0)
+        b = opts["burstiness"].strip()
+        b = math.inf if b == "inf" else spec_grammar.number(b, f"{name} burstiness", gt=0)
         arrival = bench_arrivals(n, rate, b, rng)
         sends = _bench_words(rate, b, concurrency)
     else:

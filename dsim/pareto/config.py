@@ -8,7 +8,9 @@ Layout (every key but `policies` and the load axis is optional)::
                                       # or "best-fixed": the best of the fixed:K policies
     seeds = [0, 1, 2]                 # every point is run once per seed (default: run.seed)
 
-    [run]                             # any RunSpec field but policy and the load axis
+    [run]                             # any RunSpec field but policy and the load axis, or
+                                      # vllm bench serve's names (request_rate, burstiness,
+                                      # max_concurrency, num_prompts, dataset_name, random_*)
     trace = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
     gamma = 5
 
@@ -40,6 +42,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
+from dsim import bench_names
 from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
@@ -298,12 +301,22 @@ class _Checker:
                 self.fail(f"run.{key}", "is a layout axis: set it in [layout]")
         if "policy" in run:
             self.fail("run.policy", "set the top-level `policies` list instead")
+        bench = {k: run.pop(k) for k in bench_names.OPTIONS if k in run}
         self.keys(run, _RUN_KEYS, "run.")
         values = {}
         for key in run:
             kinds = _RUN_TYPES[key]
             kind = get_args(kinds)[0] if isinstance(kinds, UnionType) else kinds
             values[key] = self.typed(run, key, kind, "run.")
+        if bench:  # vllm bench serve's names: the trace spec they mean
+            where = f"run.{next(iter(bench))}"
+            try:
+                trace, cap = bench_names.trace_spec(values.get("trace", RunSpec().trace), bench)
+            except InputError as exc:
+                self.fail(where, str(exc))
+            values["trace"] = trace
+            if cap is not None and values.get("max_requests") is None:
+                values["max_requests"] = cap
         try:
             return RunSpec(**values)
         except InputError as exc:  # RunSpec checks every number: name the [run] key

@@ -107,3 +107,9 @@ def test_run_table_takes_benchmark_keys(tmp_path):
     path.write_text(path.read_text().replace("request_rate = 4", "request_rate = -4"))
     with pytest.raises(InputError, match="run.request_rate: --request-rate must be"):
         load_config(path)
+
+
+def test_vllm_tensor_parallel_name_on_profile(monkeypatch, capsys):
+    """vLLM's --tensor-parallel-size is --tp's other name, so a near miss suggests it."""
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "--tensor-paralel-size", "2")
+    assert code == 2 and "Possible options: --tensor-parallel-size" in err

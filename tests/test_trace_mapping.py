@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_cli, write_trace
+from conftest import refused, write_trace
 
 from dsim.errors import InputError
 from dsim.workload import bench_arrivals, load_trace, load_workload, random_lengths
@@ -26,17 +26,9 @@ def _user_csv(path, header="timestamp,prompt_tokens,completion_tokens", scale=1.
     return path
 
 
-def _refused(monkeypatch, capsys, tmp_path, *args):
-    """`dsim run ARGS --out O`: exit 2, one line, nothing written; returns the line."""
-    out = tmp_path / "o"
-    code, _, err = run_cli(monkeypatch, capsys, "run", *args, "--out", str(out), "--no-progress")
-    assert code == 2 and err.count("\n") == 1 and not out.exists()
-    return err
-
-
 def test_unknown_layout_is_refused_with_the_mapping_to_write(monkeypatch, capsys, tmp_path):
     trace = _user_csv(tmp_path / "user.csv")
-    err = _refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
+    err = refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
     mapping = f"{trace}[timestamp=timestamp:UNIT,prompt=prompt_tokens,output=completion_tokens]"
     assert mapping in err and "Mooncake JSONL" in err and "BurstGPT CSV" in err
     assert "126 s (1.579 req/s) in s" in err  # what each unit would mean, so the right one shows
@@ -46,7 +38,7 @@ def test_a_csv_is_not_mooncake(monkeypatch, capsys, tmp_path):
     """Mooncake's columns in a CSV: its millisecond timestamps are not assumed (the issue's
     126 s log read as 0.126 s)."""
     trace = _user_csv(tmp_path / "renamed.csv", "timestamp,input_length,output_length")
-    err = _refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
+    err = refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
     assert "has Mooncake JSONL's columns but is a .csv" in err
 
 
@@ -86,7 +78,7 @@ def test_mooncake_jsonl_still_reads_ms(tmp_path):
 )
 def test_bad_mapping(monkeypatch, capsys, tmp_path, mapping, expected):
     trace = _user_csv(tmp_path / "user.csv")
-    assert expected in _refused(monkeypatch, capsys, tmp_path, "--trace", f"{trace}[{mapping}]")
+    assert expected in refused(monkeypatch, capsys, tmp_path, "--trace", f"{trace}[{mapping}]")
 
 
 def _vllm_result(path, detailed=True, rate=4.0, concurrency=None):
@@ -114,9 +106,9 @@ def test_vllm_result_infinite_rate_sends_all_at_once(tmp_path):
     assert not w.arrival_s.any()
 
 
-def test_vllm_result_without_details_is_refused(monkeypatch, capsys, tmp_path):
+def test_vllm_result_without_details_isrefused(monkeypatch, capsys, tmp_path):
     trace = _vllm_result(tmp_path / "bench.json", detailed=False)
-    assert "--save-detailed" in _refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
+    assert "--save-detailed" in refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
 
 
 def test_bench_arrivals_as_the_benchmark_draws_them():
@@ -147,7 +139,7 @@ def test_lengths_file_rows_replayed_in_order(tmp_path):
     assert not w.arrival_s.any() and "in order" in w.about
 
 
-def test_negative_timestamp_in_mapping_is_refused(tmp_path):
+def test_negative_timestamp_in_mapping_isrefused(tmp_path):
     trace = tmp_path / "log.csv"
     trace.write_text("t,p,o\n-1,5,6\n2,7,8\n")
     with pytest.raises(InputError, match="row 1: column 't': must not be negative"):

@@ -19,6 +19,7 @@ from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
 from dsim.run_inputs import resolve
 from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
 from dsim.size_gate import YES, check_size, run_size
+from dsim.workload import Workload
 
 # `--help` groups the options in these panels.
 WORKLOAD, ENGINE, SPECULATION, CLUSTER = "Workload", "Engine", "Speculation", "Cluster"
@@ -230,15 +231,34 @@ def run_cmd(
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
     inputs = resolve(spec)
     check_size(run_size(inputs.workload), yes)
-    for line in inputs.engine.warnings:
+    burst = bursty(inputs.workload)
+    for line in (*inputs.engine.warnings, *burst):
         warn(line)
     with progress_bar("simulating requests", total=None, enabled=progress) as update:
         result = simulate_inputs(inputs, progress=update)
+    result.summary["warnings"] += burst
     if bounds.bounds:
         result.summary["sla"] = bounds.verdicts(result.summary)
     if out is not None:
         write_run(result, spec, out)
     show(result, f"dsim run: {policy} on {trace_name(spec.trace)}")
+
+
+BURST_RATIO = 4.0  # a trace whose busiest tenth arrives this many times faster than its quietest
+
+
+def bursty(workload: Workload) -> list[str]:
+    """A warning when the trace's arrival rate swings within the window run: its overload
+    verdict and steady figures then depend on where the window was cut."""
+    spread = workload.rate_spread()
+    if spread is None or spread[1] <= BURST_RATIO * spread[0]:
+        return []
+    lo, hi = spread
+    return [
+        f"bursty trace: its arrival rate spans {lo:.3g} to {hi:.3g} req/s across tenths of "
+        "the window run; the overload verdict and the steady figures depend on where it is "
+        "cut (a longer --window, or --request-rate for the benchmark's steady arrivals)"
+    ]
 
 
 def trace_name(trace: str) -> str:

@@ -78,6 +78,16 @@ class Workload:
             end=None if self.end is None else self.end / factor,
         )
 
+    def rate_spread(self, parts: int = 10) -> tuple[float, float] | None:
+        """The arrival rate (req/s) in the quietest and the busiest of `parts` equal slices of
+        the arrivals' span; None for a closed loop, or too few arrivals to tell (a slice
+        should expect 50, so a Poisson trace's slices stay within 2x of each other)."""
+        n, span = len(self), float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+        if self.concurrency is not None or n < 50 * parts or span <= 0:
+            return None
+        counts = np.histogram(self.arrival_s, bins=parts)[0]
+        return counts.min() * parts / span, counts.max() * parts / span
+
     def head(self, n: int) -> Workload:
         return replace(
             self,

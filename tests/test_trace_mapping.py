@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import refused, write_trace
+from conftest import refused, run_cli, write_trace
 
 from dsim.errors import InputError
 from dsim.workload import bench_arrivals, load_trace, load_workload, random_lengths
@@ -144,3 +144,23 @@ def test_negative_timestamp_in_mapping_isrefused(tmp_path):
     trace.write_text("t,p,o\n-1,5,6\n2,7,8\n")
     with pytest.raises(InputError, match="row 1: column 't': must not be negative"):
         load_trace(f"{trace}[timestamp=t:s,prompt=p,output=o]")
+
+
+def test_rate_spread_flags_bursty_windows_not_poisson(monkeypatch, capsys, tmp_path):
+    """Poisson arrivals (50 a tenth) stay well within the 4x rule; a cv-8 renewal trace breaks
+    it and the run says so, with the spread, on stderr and in summary.json."""
+    from dsim.run_commands import BURST_RATIO, bursty
+
+    for seed in range(5):
+        lo, hi = load_workload("synthetic:rate=4,cv=1,n=2000", seed).rate_spread()
+        assert hi < 2 * lo and not bursty(load_workload("synthetic:rate=4,n=2000", seed))
+    lo, hi = load_workload("synthetic:rate=4,cv=8,duration=300", 0).rate_spread()
+    assert hi > BURST_RATIO * lo
+    assert load_workload("synthetic:n=600,concurrency=4").rate_spread() is None
+    out = tmp_path / "o"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", "synthetic:rate=4,cv=8,duration=300",
+        "--policy", "mtp1", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert code == 0 and "bursty trace: its arrival rate spans 0 to" in err
+    assert "bursty trace" in json.loads((out / "summary.json").read_text())["warnings"][0]

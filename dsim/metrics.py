@@ -9,13 +9,16 @@ from dsim.engine.steplog import StepLog
 
 
 def per_user(requests: pd.DataFrame) -> pd.DataFrame:
-    """TTFT, TPOT and per-user speed; TPOT and speed are NaN for one-token outputs."""
+    """TTFT, TPOT, end-to-end latency and per-user speed; TPOT and speed are NaN for one-token
+    outputs. TPOT is `vllm bench serve`'s: (latency - TTFT) / (output tokens - 1), the first
+    token excluded."""
     decode_s = requests["finish_s"] - requests["first_token_s"]
     later = requests["output_tokens"] - 1
     has_decode = (later > 0) & (decode_s > 0)
     return pd.DataFrame(
         {
             "ttft_s": requests["first_token_s"] - requests["arrival_s"],
+            "e2el_s": requests["finish_s"] - requests["arrival_s"],
             "tpot_s": (decode_s / later).where(has_decode),
             "tps": (later / decode_s).where(has_decode),
         }
@@ -31,6 +34,13 @@ def mean_batch_size(steps: StepLog) -> float:
     """Running requests per step, weighted by step time."""
     busy = float(steps.latency_s.sum())
     return float((steps.num_running * steps.latency_s).sum() / busy) if busy else 0.0
+
+
+def pooled_itl_mean(steps: StepLog) -> float:
+    """The mean gap between consecutive output chunks, pooled as `pooled_itl`."""
+    keep = steps.num_running > 0
+    weight = steps.num_running[keep].astype(np.float64)
+    return float((steps.latency_s[keep] * weight).sum() / weight.sum()) if keep.any() else np.nan
 
 
 def pooled_itl(steps: StepLog, q: float) -> float:
@@ -123,6 +133,9 @@ def arrival_rate(arrival_s: np.ndarray) -> float:
     return (len(arrival_s) - 1) / span if span > 0 else float("nan")
 
 
+PCTS = (50, 90, 99)  # the percentiles of each latency the summary keeps (dsim.sla bounds them)
+
+
 def summarize(
     requests: pd.DataFrame, steps: StepLog, policy: str, replicas: int = 1
 ) -> dict[str, float | int | str]:
@@ -142,15 +155,15 @@ def summarize(
         "duration_s": duration,
         "arrival_rate_req_s": arrival_rate(requests["arrival_s"].to_numpy()),
         "throughput_tok_s": float(requests["output_tokens"].sum()) / duration,
+        "request_throughput_req_s": len(requests) / duration,
+        "tps_p1": _pct(u["tps"], 1),
         "tps_p10": _pct(u["tps"], 10),
         "tps_p50": _pct(u["tps"], 50),
         "tps_p90": _pct(u["tps"], 90),
-        "ttft_p50_s": _pct(u["ttft_s"], 50),
-        "ttft_p99_s": _pct(u["ttft_s"], 99),
-        "tpot_p50_s": _pct(u["tpot_s"], 50),
-        "tpot_p99_s": _pct(u["tpot_s"], 99),
-        "itl_p50_s": pooled_itl(steps, 50),
-        "itl_p99_s": pooled_itl(steps, 99),
+        **{f"{m}_mean_s": float(u[f"{m}_s"].mean()) for m in ("ttft", "tpot", "e2el")},
+        **{f"{m}_p{q}_s": _pct(u[f"{m}_s"], q) for m in ("ttft", "tpot", "e2el") for q in PCTS},
+        "itl_mean_s": pooled_itl_mean(steps),
+        **{f"itl_p{q}_s": pooled_itl(steps, q) for q in PCTS},
         "accepted_length_mean": 1.0 + accepted / rounds if rounds else float("nan"),
         "verification_waste": (verified - accepted) / verified if verified else 0.0,
         "mean_verify_budget": 1.0 + verified / rounds if rounds else float("nan"),

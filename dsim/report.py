@@ -31,12 +31,17 @@ _LABELS = {
     "tps_p10": ("per-user speed p10", "tok/s/user"),
     "tps_p50": ("per-user speed p50", "tok/s/user"),
     "tps_p90": ("per-user speed p90", "tok/s/user"),
-    "ttft_p50_s": ("TTFT p50", "s"),
-    "ttft_p99_s": ("TTFT p99", "s"),
-    "tpot_p50_s": ("TPOT p50", "s"),
-    "tpot_p99_s": ("TPOT p99", "s"),
-    "itl_p50_s": ("ITL p50 (pooled gaps)", "s"),
-    "itl_p99_s": ("ITL p99 (pooled gaps)", "s"),
+}
+# `vllm bench serve`'s latencies with its definitions, each as mean / p50 / p90 / p99 (the
+# statistics a summary has: one written before p90 and the means has p50 and p99 only).
+_LATENCIES = {
+    "ttft": "TTFT",
+    "tpot": "TPOT (excl. 1st token)",
+    "itl": "ITL (per chunk: round)",
+    "e2el": "E2EL (end to end)",
+}
+_STATS = ("mean", "p50", "p90", "p99")
+_ENGINE_LABELS = {
     "accepted_length_mean": ("accepted length tau", "tok/round"),
     "verification_waste": ("verification waste", "fraction"),
     "mean_verify_budget": ("verify budget", "tok/request/round"),
@@ -56,13 +61,22 @@ def figure(value: float) -> str:
 def summary_table(summary: dict, title: str) -> Table:
     table = Table(title=title)
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_column("unit")
     table.add_row("requests", str(summary["requests"]), "")
     table.add_row("duration", f"{summary['duration_s']:.1f}", "s")
     if "arrival_rate_req_s" in summary:  # summaries written before it was recorded lack it
         table.add_row("arrival rate", figure(summary["arrival_rate_req_s"]), "req/s")
+    if "request_throughput_req_s" in summary:
+        table.add_row("request throughput", figure(summary["request_throughput_req_s"]), "req/s")
     for key, (label, unit) in _LABELS.items():
+        table.add_row(label, figure(summary[key]), unit)
+    for metric, label in _LATENCIES.items():
+        stats = [q for q in _STATS if f"{metric}_{q}_s" in summary]
+        if stats:
+            values = "  ".join(figure(1e3 * summary[f"{metric}_{q}_s"]) for q in stats)
+            table.add_row(label, values, f"ms: {' '.join(stats)}")
+    for key, (label, unit) in _ENGINE_LABELS.items():
         table.add_row(label, figure(summary[key]), unit)
     if summary.get("gpus_total") is not None:  # an estimate's sidecar says its GPUs
         gpus = summary["gpus_per_replica"]

@@ -109,6 +109,7 @@ def run_engine(
     summary.update(gpu_figures(inputs.profile.sidecar, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if inputs.policy.drafts else "none"
     summary["warnings"] = list(inputs.warnings)
+    summary["trace"] = workload.about  # what the trace is, as read: a unit error shows here
     summary.update(replica_figures(requests, logs, cluster.shape.roles, summary["duration_s"]))
     summary.update(kv_transfer_figures(workload.prompt_tokens, inputs.topology))
     if records.finished != n:  # every request ends unless the engine stalled

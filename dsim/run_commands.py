@@ -8,16 +8,18 @@ from typing import Any
 
 import typer
 
-from dsim import spec_grammar
+from dsim import bench_names, spec_grammar
+from dsim import sla as tail_sla
 from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
 from dsim.policies.commands import PLUGIN_TIMEOUT
 from dsim.policies.plugin import set_call_limit
-from dsim.report import console, progress_bar, summary_table, warn
+from dsim.report import console, figure, progress_bar, summary_table, warn
 from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
 from dsim.run_inputs import resolve
 from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
 from dsim.size_gate import YES, check_size, run_size
+from dsim.workload import Workload
 
 # `--help` groups the options in these panels.
 WORKLOAD, ENGINE, SPECULATION, CLUSTER = "Workload", "Engine", "Speculation", "Cluster"
@@ -107,18 +109,44 @@ KV_BYTES = option(
 )
 
 
+# `vllm bench serve`'s workload options, with its meanings (dsim.bench_names).
+_BENCH_HELP = {
+    "request_rate": "Requests/s sent as vllm bench serve sends them (inf: all at once); with a "
+    "file trace its timestamps are replaced and its rows' lengths kept in order.",
+    "burstiness": "Gamma shape of --request-rate's gaps (1: Poisson, < 1 burstier).",
+    "max_concurrency": "At most this many requests in flight (closed loop; a file's rows in "
+    "order).",
+    "num_prompts": "Requests to send (alone on a file trace: its first N rows).",
+    "dataset_name": "random: vLLM's random dataset lengths (--random-*).",
+    "random_input_len": "Random dataset's prompt tokens (default 1024).",
+    "random_output_len": "Random dataset's output tokens (default 128).",
+    "random_range_ratio": "Random lengths uniform in [floor(L(1-X)), ceil(L(1+X))], X in [0, 1).",
+}
+BENCH = {
+    name: typer.Option(None, help=text, rich_help_panel="vllm bench serve names")
+    for name, text in _BENCH_HELP.items()
+}
+
+
 def spec_from(options: dict[str, Any], **fixed: Any) -> RunSpec:
     """The RunSpec of a command's options (its RunSpec fields, by name), with `fixed` set;
-    `--qps` becomes the synthetic trace's `rate=`, so both spellings make the same spec."""
+    `--qps` becomes the synthetic trace's `rate=` and the benchmark's names the trace spec
+    they mean (`dsim.bench_names`), so every spelling makes the same spec."""
     given = {f: options[f] for f in SPEC_FIELDS if f in options}
     if options.get("qps") is not None:
         given["trace"] = spec_grammar.with_rate(given["trace"], options["qps"])
+    if "trace" in given:
+        given["trace"], cap = bench_names.trace_spec(given["trace"], options)
+        if cap is not None and given.get("max_requests") is None:
+            given["max_requests"] = cap
     return RunSpec(**given, **fixed)
 
 
 def show(result: RunResult, title: str) -> None:
     """The summary table, the step model it priced steps with and the run's warnings again."""
     console.print(summary_table(result.summary, title))
+    if result.summary.get("trace"):
+        console.print(f"trace: {result.summary['trace']}", highlight=False, soft_wrap=True)
     console.print(f"step model: {result.summary['step_model']}", highlight=False)
     limits = result.summary["engine_limits"]
     budget = limits["max_num_batched_tokens"]
@@ -128,6 +156,12 @@ def show(result: RunResult, title: str) -> None:
         f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
         highlight=False,
     )
+    for v in result.summary.get("sla", ()):
+        verdict = "met" if v["met"] else "MISSED"
+        console.print(
+            f"SLA {v['key']} = {figure(v['value'])} (bound {v['bound']:g}): {verdict}",
+            highlight=False,
+        )
     for line in result.summary.get("warnings", ()):
         console.print(f"warning: {line}", highlight=False, soft_wrap=True)
 
@@ -174,21 +208,64 @@ def run_cmd(
     progress: bool = PROGRESS,
     plugin_timeout: float = PLUGIN_TIMEOUT,
     yes: bool = YES,
+    request_rate: float | None = BENCH["request_rate"],
+    burstiness: float | None = BENCH["burstiness"],
+    max_concurrency: int | None = BENCH["max_concurrency"],
+    num_prompts: int | None = BENCH["num_prompts"],
+    dataset_name: str | None = BENCH["dataset_name"],
+    random_input_len: int | None = BENCH["random_input_len"],
+    random_output_len: int | None = BENCH["random_output_len"],
+    random_range_ratio: float | None = BENCH["random_range_ratio"],
+    sla: list[str] = typer.Option(
+        [],
+        "--sla",
+        help=f"A tail bound the run is judged on, repeatable: {tail_sla.USAGE}.",
+        rich_help_panel=WORKLOAD,
+    ),
 ) -> None:
     """Simulate replicas serving a trace under a verification policy."""
+    bounds = tail_sla.parse_options(sla)
     spec = spec_from(locals())
     set_call_limit(plugin_timeout)
     if out is not None:
         check_output_dir(out, RUN_OWNER)  # before the work, not after it
     inputs = resolve(spec)
     check_size(run_size(inputs.workload), yes)
-    for line in inputs.engine.warnings:
+    burst = bursty(inputs.workload)
+    for line in (*inputs.engine.warnings, *burst):
         warn(line)
     with progress_bar("simulating requests", total=None, enabled=progress) as update:
         result = simulate_inputs(inputs, progress=update)
+    result.summary["warnings"] += burst
+    if bounds.bounds:
+        result.summary["sla"] = bounds.verdicts(result.summary)
     if out is not None:
         write_run(result, spec, out)
-    show(result, f"dsim run: {policy} on {Path(trace).name}")
+    show(result, f"dsim run: {policy} on {trace_name(spec.trace)}")
+
+
+BURST_RATIO = 4.0  # a trace whose busiest tenth arrives this many times faster than its quietest
+
+
+def bursty(workload: Workload) -> list[str]:
+    """A warning when the trace's arrival rate swings within the window run: its overload
+    verdict and steady figures then depend on where the window was cut."""
+    spread = workload.rate_spread()
+    if spread is None or spread[1] <= BURST_RATIO * spread[0]:
+        return []
+    lo, hi = spread
+    return [
+        f"bursty trace: its arrival rate spans {lo:.3g} to {hi:.3g} req/s across tenths of "
+        "the window run; the overload verdict and the steady figures depend on where it is "
+        "cut (a longer --window, or --request-rate for the benchmark's steady arrivals)"
+    ]
+
+
+def trace_name(trace: str) -> str:
+    """What the trace is, for a title: a synthetic trace is not the file it takes lengths from."""
+    if trace.startswith("synthetic"):
+        return "a synthetic trace"
+    return Path(spec_grammar.trace_file(trace)[0]).name
 
 
 def register(app: typer.Typer) -> None:

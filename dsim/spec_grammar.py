@@ -238,3 +238,44 @@ def with_rate(trace: str, qps: float) -> str:
         raise _fail(f"--qps and the trace spec's rate={given['rate']} both set the rate: give one")
     rate = str(int(qps)) if float(qps).is_integer() else repr(float(qps))
     return f"synthetic:{body},rate={rate}" if body else f"synthetic:rate={rate}"
+
+
+TIME_UNITS = ("s", "ms", "us", "iso")  # a trace's timestamp column: seconds, ms, us, ISO dates
+
+
+@dataclass(frozen=True)
+class TraceMapping:
+    """`FILE[timestamp=COL:UNIT,prompt=COL,output=COL]`: which columns of a CSV/JSONL hold a
+    request's send time (and its unit), prompt tokens and output tokens."""
+
+    timestamp: str
+    unit: str
+    prompt: str
+    output: str
+
+    def columns(self) -> tuple[str, str, str]:
+        return self.timestamp, self.prompt, self.output
+
+
+MAPPING_FORM = "FILE[timestamp=COL:s|ms|us|iso,prompt=COL,output=COL]"
+
+
+def trace_file(text: str) -> tuple[str, TraceMapping | None]:
+    """`--trace FILE` or `FILE[mapping]` -> (FILE, its column mapping or None)."""
+    m = _OPTIONS_RE.match(text.strip())
+    if m["opts"] is None:
+        return text, None
+    where = f"--trace {text!r}"
+    given = key_values(m["opts"], where)
+    keys = ("timestamp", "prompt", "output")
+    unknown, missing = set(given) - set(keys), [k for k in keys if not given.get(k)]
+    if unknown or missing:
+        problem = f"unknown key(s) {sorted(unknown)}" if unknown else f"no {missing[0]}="
+        raise _fail(f"{where}: {problem}; expected {MAPPING_FORM}")
+    column, sep, unit = given["timestamp"].rpartition(":")
+    if not sep or unit not in TIME_UNITS:
+        problem = f"unknown timestamp unit {unit!r}" if sep else "the timestamp has no unit"
+        raise _fail(
+            f"{where}: {problem}; write timestamp=COL:UNIT, UNIT one of {', '.join(TIME_UNITS)}"
+        )
+    return m["body"], TraceMapping(column, unit, given["prompt"], given["output"])

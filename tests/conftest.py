@@ -46,6 +46,15 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def refused(monkeypatch, capsys, tmp_path: Path, *args: str) -> str:
+    """`dsim run ARGS --out O`: bad input's contract (exit 2, one line, nothing written);
+    returns the line."""
+    out = tmp_path / "o"
+    code, _, err = run_cli(monkeypatch, capsys, "run", *args, "--out", str(out), "--no-progress")
+    assert code == 2 and err.count("\n") == 1 and not out.exists()
+    return err
+
+
 def write_trace(path: Path, arrivals_s, prompts, outputs) -> Path:
     """A Mooncake-format JSONL trace (timestamps in ms)."""
     with path.open("w") as f:

@@ -128,7 +128,7 @@ def test_summary_table_shows_pooled_itl_and_gpus_when_the_profile_says():
 
     gpus = {"gpus_per_replica": 2, "gpus_total": 6, "throughput_tok_s_per_gpu": 1 / 6}
     shown = text(base | gpus)
-    assert "0.0123" in shown and "0.0456" in shown
+    assert "12.30  45.60" in shown and "ms: p50 p99" in shown  # ITL in ms, as the benchmark
     assert "2 x 3" in shown and "0.1667" in shown
     measured = text(base | dict.fromkeys(gpus))
     assert "GPUs" not in measured and "per GPU" not in measured

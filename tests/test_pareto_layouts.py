@@ -25,6 +25,7 @@ from dsim.pareto.frontier import (
 )
 from dsim.pareto.pipeline import prepare, run_pareto
 from dsim.pareto.plots import _plot_envelope, _sla_labels, display_name, policy_color
+from dsim.sla import read as read_sla
 
 PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
 BASE = f"""
@@ -113,7 +114,7 @@ def _with_ttft() -> pd.DataFrame:
 
 def test_a_point_past_the_ttft_bound_is_never_an_anchor_or_a_gain(tmp_path: Path) -> None:
     points = _with_ttft()
-    reasons = exclusions(points, (("ttft_p99_s", 10.0),))
+    reasons = exclusions(points, read_sla([("ttft_p99_s", 10.0)]))
     assert list(reasons) == ["", "", "", "", "", "ttft_p99_s > 10"]
     cfg = load_config(
         _config(tmp_path, BASE.replace("anchors = [100]", "anchors = [120]\nttft_p99_s = 10"))
@@ -132,7 +133,7 @@ def test_a_point_past_the_ttft_bound_is_never_an_anchor_or_a_gain(tmp_path: Path
 def test_unstable_in_one_seed_is_excluded_in_every_seed() -> None:
     points = pd.concat([_with_ttft().assign(seed=s) for s in (0, 1)], ignore_index=True)
     points.loc[6, "unstable"] = True  # seed 1's fixed:1 at load 0
-    reasons = exclusions(points, ())
+    reasons = exclusions(points, read_sla([]))
     assert reasons[0] == reasons[6] == "unstable"
     assert (reasons.drop([0, 6]) == "").all()
 

@@ -91,7 +91,13 @@ ROOFLINE = typer.Option(
     "measured operator and end-to-end GPU data (profiles/README.md).",
     rich_help_panel=ESTIMATE,
 )
-TP = typer.Option(1, help="Tensor-parallel GPUs per replica.", rich_help_panel=ESTIMATE)
+TP = typer.Option(
+    1,
+    "--tp",
+    "--tensor-parallel-size",
+    help="Tensor-parallel GPUs per replica (vLLM's name too).",
+    rich_help_panel=ESTIMATE,
+)
 EP = typer.Option(
     1, help="Expert-parallel GPUs (MoE; 1 or equal to --tp).", rich_help_panel=ESTIMATE
 )

@@ -551,6 +551,6 @@ class LatencyModel:
         prefill = "own prefill rows" if self.has_prefill else "prefill priced as verify"
         engine = f"engine {self.engine}; " if self.engine else ""
         return (
-            f"{self.name}: {engine}{self.r_note}; {prefill}; fit |error| median "
-            f"{v['fit_median_abs_error']:.1%}, worst {v['fit_worst_abs_error']:.1%}"
+            f"{self.name}: {engine}{self.r_note}; {prefill}; fit residual of the profile's own "
+            f"rows: median {v['fit_median_abs_error']:.1%}, worst {v['fit_worst_abs_error']:.1%}"
         )

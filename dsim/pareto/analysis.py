@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.pareto.config import SweepConfig
-from dsim.pareto.exclusion import exclusions
+from dsim.pareto.exclusion import exclusions, sla_met
 from dsim.pareto.frontier import (
     matched_gains,
     pareto_front,
@@ -50,8 +50,11 @@ def _layout(cfg: SweepConfig, points: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
 
 
 def analyse(cfg: SweepConfig, points: pd.DataFrame) -> Analysis:
-    """Mark the points that do not count (`excluded`, in place), then read each layout."""
-    points["excluded"] = exclusions(points, cfg.ttft_bounds)
+    """Mark the points that do not count (`excluded`, in place) and whether their seeds met
+    the tail SLA (`sla_met`), then read each layout."""
+    points["excluded"] = exclusions(points, cfg.sla)
+    if cfg.sla.bounds:
+        points["sla_met"] = sla_met(points, cfg.sla)
     parts = []
     for layout, part in points.groupby("layout", sort=False):
         tables = _layout(cfg, part.drop(columns="layout"))

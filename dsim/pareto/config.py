@@ -8,7 +8,9 @@ Layout (every key but `policies` and the load axis is optional)::
                                       # or "best-fixed": the best of the fixed:K policies
     seeds = [0, 1, 2]                 # every point is run once per seed (default: run.seed)
 
-    [run]                             # any RunSpec field but policy and the load axis
+    [run]                             # any RunSpec field but policy and the load axis, or
+                                      # vllm bench serve's names (request_rate, burstiness,
+                                      # max_concurrency, num_prompts, dataset_name, random_*)
     trace = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
     gamma = 5
 
@@ -24,8 +26,9 @@ Layout (every key but `policies` and the load axis is optional)::
 
     [sla]
     anchors = [40, 80]                # minimum per-user tok/s
-    ttft_p50_s = 2.0                  # points past a TTFT bound are excluded (docs/pareto.md)
-    ttft_p99_s = 10.0
+    ttft_p99_s = 10.0                 # tail bounds (dsim.sla): a point missing one is excluded
+    tpot_p99_s = 0.05                 # ttft|tpot|itl|e2el at p50|p90|p99, in s (at most);
+    # tps_p10 = 20                    # tps at p1|p10|p50, in tok/s (at least)
 
 Every problem is one line naming the file and the key; the first one found is raised.
 """
@@ -39,12 +42,15 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
+from dsim import bench_names
 from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
 from dsim.policies import check_gamma, parse_policy
 from dsim.run_inputs import no_effect, resolve
 from dsim.run_spec import MAX_COUNTS, RUN_OPTIONS, VLLM_NAMES, RunSpec
+from dsim.sla import Sla
+from dsim.sla import read as read_sla
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
@@ -52,7 +58,6 @@ LAYOUT_AXES = ("disagg", "replicas", "profile")
 BEST_FIXED = "best-fixed"  # the baseline that is the upper envelope of the fixed:K policies
 COLOCATED = "off"  # a `[layout] disagg` entry: no disaggregation
 _TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "layout", "sla"}
-_SLA_KEYS = {"anchors", "ttft_p50_s", "ttft_p99_s"}
 _RUN_TYPES = get_type_hints(RunSpec)
 _RUN_KEYS = [f for f in RUN_OPTIONS if f != "policy"]
 
@@ -71,7 +76,7 @@ class SweepConfig:
     sla_anchors: tuple[float, ...]
     seeds: tuple[int, ...] = (0,)
     layouts: tuple[Layout, ...] = ()  # empty: the base spec's layout only
-    ttft_bounds: tuple[tuple[str, float], ...] = ()  # (summary field, upper bound in s)
+    sla: Sla = Sla()  # the tail bounds a point must keep to count
 
     @property
     def baseline_members(self) -> tuple[str, ...]:
@@ -168,13 +173,10 @@ def load_config(path: str | Path) -> SweepConfig:
             lambda p=policy: check_gamma(p, parse_policy(p, base.sla_tps), base.gamma),
         )
     sla = check.table(raw, "sla")
-    check.keys(sla, _SLA_KEYS, "sla.")
     anchors = check.number_list(sla, "anchors", "sla.", positive=True)
-    bounds = tuple(
-        (key, check.positive(sla, key, "sla."))
-        for key in ("ttft_p50_s", "ttft_p99_s")
-        if key in sla
-    )
+    bounds = [(key, value) for key, value in sla.items() if key != "anchors"]
+    for key, value in bounds:
+        check.wrap(f"sla.{key}", lambda pair=(key, value): read_sla([pair]))
     _check_inputs(check, base)
     for layout in layouts:
         _check_inputs(check, replace(base, **layout.fields), "layout")
@@ -190,7 +192,7 @@ def load_config(path: str | Path) -> SweepConfig:
         tuple(sorted(anchors)),
         seeds,
         layouts,
-        bounds,
+        read_sla(bounds),
     )
 
 
@@ -299,21 +301,26 @@ class _Checker:
                 self.fail(f"run.{key}", "is a layout axis: set it in [layout]")
         if "policy" in run:
             self.fail("run.policy", "set the top-level `policies` list instead")
+        bench = {k: run.pop(k) for k in bench_names.OPTIONS if k in run}
         self.keys(run, _RUN_KEYS, "run.")
         values = {}
         for key in run:
             kinds = _RUN_TYPES[key]
             kind = get_args(kinds)[0] if isinstance(kinds, UnionType) else kinds
             values[key] = self.typed(run, key, kind, "run.")
+        if bench:  # vllm bench serve's names: the trace spec they mean
+            where = f"run.{next(iter(bench))}"
+            try:
+                trace, cap = bench_names.trace_spec(values.get("trace", RunSpec().trace), bench)
+            except InputError as exc:
+                self.fail(where, str(exc))
+            values["trace"] = trace
+            if cap is not None and values.get("max_requests") is None:
+                values["max_requests"] = cap
         try:
             return RunSpec(**values)
         except InputError as exc:  # RunSpec checks every number: name the [run] key
             self.fail(f"run.{str(exc).split()[0]}", str(exc))
-
-    def positive(self, table: dict, key: str, prefix: str) -> float:
-        value = self.typed(table, key, float, prefix)
-        self.wrap(f"{prefix}{key}", lambda: check_number(value, "the bound", gt=0))
-        return value
 
     def layouts(self, table: dict, load_axis: str) -> tuple[Layout, ...]:
         """[layout]: lists of disagg splits, replica counts and profiles, crossed in key order."""

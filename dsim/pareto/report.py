@@ -102,6 +102,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
     seeds = "seed" in points and points["seed"].nunique() > 1
     layouts = "layout" in points and (points["layout"] != "").any()
     columns = {k: v for k, v in _POINT_COLUMNS.items() if k in points}
+    met = "sla_met" in points
     header = [
         "policy",
         *(["layout"] if layouts else []),
@@ -109,6 +110,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
         "req/s",
         *(["seed"] if seeds else []),
         *(v[0] for v in columns.values()),
+        *(["SLA met (seeds)"] if met else []),
         "excluded",
     ]
     rows = [
@@ -120,6 +122,7 @@ def points_section(points: pd.DataFrame, axis: str) -> str:
             *([f"{row['seed']}"] if seeds else []),
         ]
         + [fmt.format(row[col]) for col, (_, fmt) in columns.items()]
+        + ([row["sla_met"]] if met else [])
         + [row.get("excluded", "") or "-"]
         for _, row in points.iterrows()
     ]
@@ -160,13 +163,22 @@ def _baseline_text(cfg: SweepConfig) -> str:
 
 
 def _exclusion_text(cfg: SweepConfig, points: pd.DataFrame) -> str:
-    bounds = "".join(f", {key} > {bound:g} s" for key, bound in cfg.ttft_bounds)
+    bounds = "".join(f", missing {b}" for b in cfg.sla.bounds)
     dropped = points.drop_duplicates(["policy", "layout", "load"])
     n = int((dropped["excluded"] != "").sum())
-    return (
+    text = (
         f"- {n} of {len(dropped)} policy-load points excluded (unstable{bounds}; "
         "docs/pareto.md): drawn hollow, never on a frontier, an anchor or a gain\n"
     )
+    if cfg.sla.bounds and "sla_met" in dropped:
+        count = dropped["sla_met"].value_counts()
+        seeds = "every seed" if len(cfg.seeds) > 1 else "its seed"
+        text += (
+            f"- tail SLA ({', '.join(map(str, cfg.sla.bounds))}), per point over {seeds}: "
+            f"met in all {count.get('all', 0)}, in some {count.get('some', 0)}, "
+            f"in none {count.get('none', 0)}\n"
+        )
+    return text
 
 
 def render_report(cfg: SweepConfig, points: pd.DataFrame, result: Analysis) -> str:

@@ -141,12 +141,18 @@ class DraftCostSpec:
     profile: str | None = None
 
 
+# A drafter pass dearer than the target's step is warned about (`run_inputs.spec_warnings`);
+# above this many target steps it is no drafter at all (docs/design.md, Input limits).
+MAX_DRAFT_RATIO = 100.0
+
+
 def draft_cost(text: str) -> DraftCostSpec:
-    """`0`, `ratio:X` (X >= 0) or the path of a drafter profile CSV."""
+    """`0`, `ratio:X` (0 <= X <= MAX_DRAFT_RATIO) or the path of a drafter profile CSV."""
     if text.strip() == "0":
         return DraftCostSpec()
     if text.startswith("ratio:"):
-        return DraftCostSpec(ratio=number(text[6:], f"--draft-cost {text!r}: ratio", ge=0))
+        name = f"--draft-cost {text!r}: ratio"
+        return DraftCostSpec(ratio=number(text[6:], name, ge=0, le=MAX_DRAFT_RATIO))
     return DraftCostSpec(profile=text)
 
 

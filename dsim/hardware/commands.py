@@ -187,9 +187,9 @@ def _estimate(
 ) -> None:  # fmt: skip
     """`--roofline GPU`: write the calibrated estimate of the target's step (or of a drafter's
     pass, `draft_model`) under `engine` (the default if None)."""
-    from dsim.hardware.roofline import CONTEXTS, write_roofline
+    from dsim.hardware.roofline import write_roofline
 
-    c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
+    c = None if contexts is None else parse_ints(contexts, "--contexts")
     name = DEFAULT_ENGINE if engine is None else engine
     chosen = f"engine {name}" + (" (the default)" if engine is None else "")
     if draft_model is None:

@@ -156,6 +156,36 @@ def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
     }
 
 
+def grid_contexts(
+    contexts: tuple[int, ...] | list[int] | None,
+    gpu: str,
+    model: str,
+    arch: Arch,
+    par: Parallel,
+    spec: Gpu,
+) -> tuple[int, ...]:
+    """The grid's KV contexts: the given ones, each within the model's maximum position and
+    the KV one sequence can hold in the replica's memory (a longer one is refused: no engine
+    serves it); by default CONTEXTS up to those limits (docs/design.md, Input limits)."""
+    weights = weight_bytes_per_gpu(arch, par)
+    _check_weights_fit(model, gpu, spec, weights)
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes - weights
+    capacity = int(usable // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+    position = zoo.max_position(model)
+    limits = [(capacity, "the KV tokens the replica's memory holds")]
+    limits += [(position, f"{model}'s max_position_embeddings")] if position else []
+    limit, why = min(limits)
+    if contexts is None:
+        return tuple(c for c in CONTEXTS if c <= limit) or (limit,)
+    if max(contexts) > limit:
+        raise InputError(
+            None,
+            None,
+            f"--contexts {max(contexts)} is beyond {why} ({limit}): give contexts up to {limit}",
+        )
+    return tuple(contexts)
+
+
 def estimate_inputs(
     gpu: str,
     model: str,
@@ -180,7 +210,7 @@ def estimate_inputs(
 def roofline_profile(
     gpu: str,
     model: str,
-    contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    contexts: tuple[int, ...] | list[int] | None = None,
     tp: int = 1,
     ep: int = 1,
     dtype: str = "bf16",
@@ -192,9 +222,9 @@ def roofline_profile(
     preset, spec, arch, par = estimate_inputs(
         gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
     )
+    contexts = grid_contexts(contexts, gpu, model, arch, par, spec)
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
-    _check_weights_fit(model, gpu, spec, weights)
     cal = gpu_fit.calibration(spec)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
@@ -265,7 +295,7 @@ def write_roofline(
     gpu: str,
     model: str,
     out: str | Path,
-    contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    contexts: tuple[int, ...] | list[int] | None = None,
     command: str = "",
     **options,
 ) -> pd.DataFrame:

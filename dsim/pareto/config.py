@@ -43,7 +43,7 @@ from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
 from dsim.policies import check_gamma, parse_policy
-from dsim.run_inputs import no_effect, resolve
+from dsim.run_inputs import resolve, spec_warnings
 from dsim.run_spec import MAX_COUNTS, RUN_OPTIONS, VLLM_NAMES, RunSpec
 
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
@@ -82,10 +82,14 @@ class SweepConfig:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """The base settings that some policy ignores, one line each (as `dsim run` says them):
-        said before the sweep and kept in the report."""
-        specs = (replace(self.base, policy=policy) for policy in self.policies)
-        return tuple(line for spec in specs for line in no_effect(spec))
+        """The base settings that some policy or layout ignores or that look wrong, one line
+        each (as `dsim run` says them): said before the sweep and kept in the report."""
+        specs = (
+            replace(self.base, policy=policy, **layout.fields)
+            for policy in self.policies
+            for layout in self.layouts or (Layout(()),)
+        )
+        return tuple(dict.fromkeys(line for spec in specs for line in spec_warnings(spec)))
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
         """(policy, load, spec) for every point: policies outer, then layouts, loads

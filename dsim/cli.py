@@ -63,13 +63,32 @@ def _checked(kind: type, callback):
     return check
 
 
+def _once(command) -> None:
+    """Refuse an option given twice (under either of its names, `--max-seqs 4 --max-num-seqs 8`):
+    click would keep the last one without a word."""
+    parse = command.parse_args
+
+    def parse_args(ctx, args):
+        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+        seen = set()
+        for param in order:
+            if param.param_type_name == "option" and not (param.multiple or param.count):
+                if param.name in seen:
+                    raise typer.BadParameter("given twice: give it once", ctx=ctx, param=param)
+                seen.add(param.name)
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
+
+
 def harden(command) -> Any:
     """Check every float and int parameter of `command` and its subcommands, so options added
-    later are covered without anyone remembering to check them."""
+    later are covered without anyone remembering to check them; refuse an option given twice."""
     for param in command.params:
         kind = _numeric_kind(param)
         if kind is not None:
             param.callback = _checked(kind, param.callback)
+    _once(command)
     for sub in getattr(command, "commands", {}).values():
         harden(sub)
     return command

@@ -232,3 +232,100 @@ def test_a_concurrency_beyond_the_requests_runs_as_one_equal_to_them(tmp_path):
     ]
     assert json.dumps(runs[0].summary) == json.dumps(runs[1].summary)
     assert runs[0].requests.equals(runs[1].requests)
+
+
+# --- the minor ones: wording, options given twice or ignored, notes --------------------------
+
+
+def test_a_tensor_parallel_size_without_a_measured_all_reduce_names_the_gpu_asked(
+    monkeypatch, capsys, tmp_path
+):
+    config = tmp_path / "h36.json"  # 36 heads: --tp 9 divides them
+    fields = {**ZOO["qwen3-8b"], "num_attention_heads": 36, "num_key_value_heads": 36}
+    config.write_text(json.dumps({**fields, "hidden_size": 4608}))
+    args = ("profile", "--roofline", "h200", "--model", str(config), "--tp", "9", "--out", "x.csv")
+    err = refused(monkeypatch, capsys, tmp_path, *args)
+    assert "--tp 9: no measured all-reduce for 9 GPUs on h200 (it borrows h100's table)" in err
+    assert "use --tp 1, 2, 4, 8" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--trace", "synthetic:n=5", "--max-seqs", "4", "--max-num-seqs", "8"],
+        ["run", "--trace", "synthetic:n=5", "--gamma", "3", "--gamma", "4"],
+        ["profile", "--roofline", "h200", "--tp", "2", "--tp", "4", "--out", "x.csv"],
+    ],
+)
+def test_an_option_given_twice_is_refused(monkeypatch, capsys, tmp_path, args):
+    err = refused(monkeypatch, capsys, tmp_path, *args, "--out", "o")
+    assert "given twice: give it once" in err
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--device", "cuda"],
+        ["--threads", "2"],
+        ["--seqs", "1,2"],
+        ["--repeats", "3"],
+        ["--timer", "kernels"],
+    ],
+)
+def test_a_measurement_option_beside_roofline_is_refused(monkeypatch, capsys, tmp_path, option):
+    args = ("profile", "--roofline", "h200", "--model", "qwen3-8b", *option, "--out", "x.csv")
+    err = refused(monkeypatch, capsys, tmp_path, *args)
+    assert f"{option[0]} shapes a measurement; --roofline estimates its own grid" in err
+    assert f"drop {option[0]}" in err
+
+
+def test_one_request_prints_na_not_nan(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", "synthetic:n=1", "--out", "o", "--no-progress"
+    )
+    assert code == 0, err
+    assert "nan" not in out and "n/a" in out
+    assert json.loads((tmp_path / "o/summary.json").read_text())["arrival_rate_req_s"] is None
+
+
+def test_a_scrape_whose_total_contradicts_its_positions_is_noted(monkeypatch, capsys, tmp_path):
+    from test_vllm_metrics import exposition, scrape
+
+    text = exposition()
+    lines = [
+        (line.rsplit(" ", 1)[0] + " 100.0")
+        if line.startswith('vllm:spec_decode_num_accepted_tokens_total{engine="0"')
+        else line
+        for line in text.splitlines()
+    ]
+    path = scrape(tmp_path, "\n".join(lines) + "\n")
+    code, _, err = run_cli(monkeypatch, capsys, "acceptance", "show", f"vllm:{path}", "--json")
+    assert code == 0, err
+    assert "its per-position counters sum to 16049 accepted tokens but " in err
+    assert "vllm:spec_decode_num_accepted_tokens says 6519: dsim follows the per-position" in err
+    code, _, err = run_cli(
+        monkeypatch, capsys, "acceptance", "show", f"vllm:{scrape(tmp_path, exposition())}"
+    )
+    assert code == 0 and "note" not in err
+
+
+@pytest.mark.parametrize("command", [["acceptance", "show", "iid:0.8"], ["synth-acceptance"]])
+def test_gamma_has_one_cap_everywhere(monkeypatch, capsys, tmp_path, command):
+    extra = (
+        ["--acceptance", "iid:0.8", "--out", "a.parquet"]
+        if command[0] == "synth-acceptance"
+        else []
+    )
+    err = refused(monkeypatch, capsys, tmp_path, *command, *extra, "--gamma", "100")
+    assert "--gamma must be an integer >= 1 and <= 64, got 100" in err
+
+
+def test_a_list_with_a_non_number_names_it(monkeypatch, capsys, tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        'policies = ["mtp1"]\n[run]\ntrace = "synthetic:n=5"\n[load]\nrate_scale = [1, "2"]\n'
+        "[sla]\nanchors = [100]\n"
+    )
+    err = refused(monkeypatch, capsys, tmp_path, "pareto", "--config", str(config), "--out", "o")
+    assert "load.rate_scale: expected a list of numbers, got a string '2'" in err

@@ -154,6 +154,7 @@ def profile(
         raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
+        _no_measurement_options(ctx)
         if drafter:
             raise InputError(
                 None, None, "--drafter is not supported with --roofline: estimate a drafter's "
@@ -179,6 +180,24 @@ def profile(
     )
     options = dict(repeats=repeats, warmup=warmup, threads=threads, drafter=drafter)
     _measure(model, grid, device, dtype, timer, out, command, options)
+
+
+# `dsim profile` options that shape or time a measurement; an estimate prices its own grid.
+MEASUREMENT_ONLY = (
+    "device", "threads", "seqs", "tokens_per_seq", "prefill_seqs", "prefill_chunks", "repeats",
+    "warmup", "timer",
+)  # fmt: skip
+
+
+def _no_measurement_options(ctx: typer.Context) -> None:
+    """Refuse a measurement's option beside --roofline: it would be ignored without a word."""
+    for name in MEASUREMENT_ONLY:
+        if ctx.get_parameter_source(name).name != "DEFAULT":
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                None, None, f"{flag} shapes a measurement; --roofline estimates its own grid "
+                f"(--contexts, --tp, --dtype): drop {flag}",
+            )  # fmt: skip
 
 
 def _estimate(

@@ -202,6 +202,17 @@ def estimate_inputs(
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
     par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
     check_parallel(arch, par)
+    measured = gpu_fit.allreduce_table(spec.calibration).fits
+    if tp > 1 and tp not in measured:
+        borrowed = (
+            f" (it borrows {spec.calibration}'s table)" if spec.calibration != gpu.lower() else ""
+        )
+        raise InputError(
+            None,
+            None,
+            f"--tp {tp}: no measured all-reduce for {tp} GPUs on {gpu.lower()}{borrowed}: use "
+            f"--tp {', '.join(map(str, [1, *sorted(measured)]))}",
+        )
     if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
         raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
     return preset, spec, arch, par

@@ -268,8 +268,11 @@ class _Checker:
 
     def number_list(self, table: dict, key: str, prefix: str, positive: bool) -> list[float]:
         value = table.get(key, [])
-        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+        if not isinstance(value, list):
             self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(value)}")
+        for v in value:
+            if not _is_number(v):
+                self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(v)} {v!r}")
         for v in value:
             self.wrap(
                 f"{prefix}{key}", lambda v=v: check_number(v, "values", gt=0 if positive else None)

@@ -58,7 +58,8 @@ TOKENS_OPT = typer.Option(
 CONTEXTS_OPT = typer.Option(
     None,
     help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
-    "roofline: 512,1024,2048,4096,8192,16384).",
+    "roofline: 512,1024,2048,4096,8192,16384 up to the model's maximum position and the "
+    "replica's KV memory, beyond which a context is refused).",
 )
 PREFILL_SEQS_OPT = typer.Option(
     PREFILL_SEQS,

@@ -12,12 +12,12 @@ is an estimate: a measured profile wins.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
@@ -51,6 +51,8 @@ BREAKDOWN = (
 )
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
 KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+# An engine this many times slower than its fitted preset is no serving engine (a typo).
+MAX_OVERHEAD_SCALE = 100.0
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights + KV cache
 
 
@@ -213,8 +215,7 @@ def estimate_inputs(
             f"--tp {tp}: no measured all-reduce for {tp} GPUs on {gpu.lower()}{borrowed}: use "
             f"--tp {', '.join(map(str, [1, *sorted(measured)]))}",
         )
-    if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
-        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
+    check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
     return preset, spec, arch, par
 
 

@@ -63,19 +63,20 @@ def _checked(kind: type, callback):
     return check
 
 
-def _once(command) -> None:
-    """Refuse an option given twice (under either of its names, `--max-seqs 4 --max-num-seqs 8`):
-    click would keep the last one without a word."""
+def _one_name(command) -> None:
+    """Refuse an option given under two of its names (`--max-seqs 4 --max-num-seqs 8`, as a
+    sweep's [run] refuses the pair): click would keep the last without a word. The same name
+    twice stays click's rule, the last wins (a script appending an override)."""
     parse = command.parse_args
 
     def parse_args(ctx, args):
-        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
-        seen = set()
-        for param in order:
-            if param.param_type_name == "option" and not (param.multiple or param.count):
-                if param.name in seen:
-                    raise typer.BadParameter("given twice: give it once", ctx=ctx, param=param)
-                seen.add(param.name)
+        for param in command.params:
+            if param.param_type_name != "option" or len(param.opts) < 2:
+                continue
+            used = [o for o in param.opts if any(a == o or a.startswith(f"{o}=") for a in args)]
+            if len(used) > 1:
+                message = f"{' and '.join(used)} name the same setting: give one"
+                raise typer.BadParameter(message, ctx=ctx)
         return parse(ctx, args)
 
     command.parse_args = parse_args
@@ -83,12 +84,12 @@ def _once(command) -> None:
 
 def harden(command) -> Any:
     """Check every float and int parameter of `command` and its subcommands, so options added
-    later are covered without anyone remembering to check them; refuse an option given twice."""
+    later are covered without anyone remembering to check them; one name per option."""
     for param in command.params:
         kind = _numeric_kind(param)
         if kind is not None:
             param.callback = _checked(kind, param.callback)
-    _once(command)
+    _one_name(command)
     for sub in getattr(command, "commands", {}).values():
         harden(sub)
     return command

@@ -143,12 +143,15 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
-    return EngineInputs(spec, config, target, draft, shape, policy, spec_warnings(spec))
+    return EngineInputs(
+        spec, config, target, draft, shape, policy, spec_warnings(spec, draft.ratio)
+    )
 
 
-def spec_warnings(spec: RunSpec) -> tuple[str, ...]:
+def spec_warnings(spec: RunSpec, draft_ratio: float) -> tuple[str, ...]:
     """The spec's settings that the run ignores, or that are legal but unlike any real
-    deployment, each as one line (docs/design.md, Input limits)."""
+    deployment, each as one line (docs/design.md, Input limits); `draft_ratio` is its
+    `--draft-cost ratio:X` as read (0 for a drafter profile)."""
     lines = []
     if spec.sla_tps is not None and not reads_sla(spec.policy):
         lines.append(f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
@@ -158,9 +161,8 @@ def spec_warnings(spec: RunSpec) -> tuple[str, ...]:
     ):
         lines.append("--kv-link-gbps and --kv-bytes-per-token have no effect without --disagg "
                      "P:D (no KV moves between replicas)")  # fmt: skip
-    ratio = spec_grammar.draft_cost(spec.draft_cost).ratio
-    if ratio > 1:
-        lines.append(f"--draft-cost {spec.draft_cost}: a drafter pass costs {ratio:g}x the "
+    if draft_ratio > 1:
+        lines.append(f"--draft-cost {spec.draft_cost}: a drafter pass costs {draft_ratio:g}x the "
                      f"target's step (drafters cost a fraction of it; above "
                      f"{spec_grammar.MAX_DRAFT_RATIO:g}x is refused)")  # fmt: skip
     if spec.drafter_kind == "mtp1" and spec.policy not in ("ar", "mtp1") and spec.gamma > 1:

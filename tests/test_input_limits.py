@@ -254,16 +254,24 @@ def test_a_tensor_parallel_size_without_a_measured_all_reduce_names_the_gpu_aske
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "names"),
     [
-        ["run", "--trace", "synthetic:n=5", "--max-seqs", "4", "--max-num-seqs", "8"],
-        ["run", "--trace", "synthetic:n=5", "--gamma", "3", "--gamma", "4"],
-        ["profile", "--roofline", "h200", "--tp", "2", "--tp", "4", "--out", "x.csv"],
+        (["--max-seqs", "4", "--max-num-seqs", "8"], "--max-seqs and --max-num-seqs"),
+        (["--num-speculative-tokens=3", "--gamma", "4"], "--gamma and --num-speculative-tokens"),
     ],
 )
-def test_an_option_given_twice_is_refused(monkeypatch, capsys, tmp_path, args):
-    err = refused(monkeypatch, capsys, tmp_path, *args, "--out", "o")
-    assert "given twice: give it once" in err
+def test_an_option_given_under_two_names_is_refused(monkeypatch, capsys, tmp_path, args, names):
+    base = ["run", "--trace", "synthetic:n=5", "--no-progress", "--out", "o"]
+    err = refused(monkeypatch, capsys, tmp_path, *base, *args)
+    assert f"{names} name the same setting: give one" in err
+
+
+def test_the_same_name_twice_keeps_the_last_as_scripts_expect(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    args = ("run", "--trace", "synthetic:n=5", "--gamma", "3", "--gamma", "4", "--out", "o")
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--no-progress")
+    assert code == 0, err
+    assert json.loads((tmp_path / "o/summary.json").read_text())["spec"]["gamma"] == 4
 
 
 @pytest.mark.parametrize(

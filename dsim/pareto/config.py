@@ -39,6 +39,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
+from dsim import spec_grammar
 from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
@@ -89,7 +90,8 @@ class SweepConfig:
             for policy in self.policies
             for layout in self.layouts or (Layout(()),)
         )
-        return tuple(dict.fromkeys(line for spec in specs for line in spec_warnings(spec)))
+        ratio = spec_grammar.draft_cost(self.base.draft_cost).ratio  # checked with the config
+        return tuple(dict.fromkeys(line for s in specs for line in spec_warnings(s, ratio)))
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
         """(policy, load, spec) for every point: policies outer, then layouts, loads

@@ -64,13 +64,33 @@ def _checked(kind: type, callback):
     return check
 
 
+def _one_name(command) -> None:
+    """Refuse an option given under two of its names (`--max-seqs 4 --max-num-seqs 8`, as a
+    sweep's [run] refuses the pair): click would keep the last without a word. The same name
+    twice stays click's rule, the last wins (a script appending an override)."""
+    parse = command.parse_args
+
+    def parse_args(ctx, args):
+        for param in command.params:
+            if param.param_type_name != "option" or len(param.opts) < 2:
+                continue
+            used = [o for o in param.opts if any(a == o or a.startswith(f"{o}=") for a in args)]
+            if len(used) > 1:
+                message = f"{' and '.join(used)} name the same setting: give one"
+                raise typer.BadParameter(message, ctx=ctx)
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
+
+
 def harden(command) -> Any:
     """Check every float and int parameter of `command` and its subcommands, so options added
-    later are covered without anyone remembering to check them."""
+    later are covered without anyone remembering to check them; one name per option."""
     for param in command.params:
         kind = _numeric_kind(param)
         if kind is not None:
             param.callback = _checked(kind, param.callback)
+    _one_name(command)
     for sub in getattr(command, "commands", {}).values():
         harden(sub)
     return command

@@ -51,7 +51,9 @@ _ENGINE_LABELS = {
 
 def figure(value: float) -> str:
     """A plain figure for a table: 4 significant digits, never an exponent (4.664, 46.64,
-    13931, 0.001463)."""
+    13931, 0.001463); "n/a" where a metric is undefined (the arrival rate of one request)."""
+    if math.isnan(value):
+        return "n/a"
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
     decimals = max(0, 3 - math.floor(math.log10(abs(value))))
@@ -95,9 +97,9 @@ def summary_table(summary: dict, title: str) -> Table:
         ttft = "n/a" if math.isnan(ratio) else f"x{ratio:.3g}"
         table.add_row("overload", verdict, f"{growth}, TTFT {ttft} (last/first fifth)")
         table.add_row(
-            "steady throughput", f"{summary['steady_throughput_tok_s']:.4g}", "tok/s (10-90%)"
+            "steady throughput", figure(summary["steady_throughput_tok_s"]), "tok/s (10-90%)"
         )
-        table.add_row("steady TTFT p50", f"{summary['steady_ttft_p50_s']:.4g}", "s (10-90%)")
+        table.add_row("steady TTFT p50", figure(summary["steady_ttft_p50_s"]), "s (10-90%)")
     if len(summary.get("per_replica", ())) > 1:  # a cluster (docs/cluster.md)
         table.add_row("replicas", str(len(summary["per_replica"])), "")
         table.add_row("load imbalance", figure(summary["load_imbalance"]), "max/mean tokens")

@@ -38,7 +38,7 @@ from dsim.hardware.gpu_model import SpecRound
 from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
 from dsim.policies import Policy, check_gamma, plugin_source, policy_maker, reads_sla, sla_users
-from dsim.run_spec import RunSpec
+from dsim.run_spec import RunSpec, default
 from dsim.workload import Workload, load_workload
 
 
@@ -119,6 +119,8 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
     """Read the spec's topology, policy, engine limits, profile and drafter cost."""
     profile: Callable[[], Profile] = cache(lambda: load_profile(spec.profile))
     with reading("topology"):
+        if spec.kv_bytes_per_token is not None:  # checked even where no KV moves (a typo still)
+            kv_bytes_per_token(spec.profile, {}, spec.kv_bytes_per_token)
         shape = topology(
             spec.replicas,
             spec.disagg,
@@ -141,15 +143,33 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
-    return EngineInputs(spec, config, target, draft, shape, policy, no_effect(spec))
+    return EngineInputs(
+        spec, config, target, draft, shape, policy, spec_warnings(spec, draft.ratio)
+    )
 
 
-def no_effect(spec: RunSpec) -> tuple[str, ...]:
-    """The spec's settings that the run ignores, each as one line."""
+def spec_warnings(spec: RunSpec, draft_ratio: float) -> tuple[str, ...]:
+    """The spec's settings that the run ignores, or that are legal but unlike any real
+    deployment, each as one line (docs/design.md, Input limits); `draft_ratio` is its
+    `--draft-cost ratio:X` as read (0 for a drafter profile)."""
+    lines = []
     if spec.sla_tps is not None and not reads_sla(spec.policy):
-        return (f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
-                f"(only {sla_users()} read it)",)  # fmt: skip
-    return ()
+        lines.append(f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
+                     f"(only {sla_users()} read it)")  # fmt: skip
+    if spec.disagg is None and (
+        spec.kv_link_gbps != default("kv_link_gbps") or spec.kv_bytes_per_token is not None
+    ):
+        lines.append("--kv-link-gbps and --kv-bytes-per-token have no effect without --disagg "
+                     "P:D (no KV moves between replicas)")  # fmt: skip
+    if draft_ratio > 1:
+        lines.append(f"--draft-cost {spec.draft_cost}: a drafter pass costs {draft_ratio:g}x the "
+                     f"target's step (drafters cost a fraction of it; above "
+                     f"{spec_grammar.MAX_DRAFT_RATIO:g}x is refused)")  # fmt: skip
+    if spec.drafter_kind == "mtp1" and spec.policy not in ("ar", "mtp1") and spec.gamma > 1:
+        lines.append(f"--drafter-kind mtp1 prices one pass of one token a round, but "
+                     f"{spec.policy} drafts up to --gamma {spec.gamma}: use --drafter-kind "
+                     f"block or ar (or --gamma 1)")  # fmt: skip
+    return tuple(lines)
 
 
 FALLBACK = EngineConfig()  # the limits of a profile whose sidecar names no engine

@@ -12,7 +12,6 @@ arrivals), so this module imports nothing of the simulator. One error contract: 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -141,12 +140,18 @@ class DraftCostSpec:
     profile: str | None = None
 
 
+# A drafter pass dearer than the target's step is warned about (`run_inputs.spec_warnings`);
+# above this many target steps it is no drafter at all (docs/design.md, Input limits).
+MAX_DRAFT_RATIO = 100.0
+
+
 def draft_cost(text: str) -> DraftCostSpec:
-    """`0`, `ratio:X` (X >= 0) or the path of a drafter profile CSV."""
+    """`0`, `ratio:X` (0 <= X <= MAX_DRAFT_RATIO) or the path of a drafter profile CSV."""
     if text.strip() == "0":
         return DraftCostSpec()
     if text.startswith("ratio:"):
-        return DraftCostSpec(ratio=number(text[6:], f"--draft-cost {text!r}: ratio", ge=0))
+        name = f"--draft-cost {text!r}: ratio"
+        return DraftCostSpec(ratio=number(text[6:], name, ge=0, le=MAX_DRAFT_RATIO))
     return DraftCostSpec(profile=text)
 
 
@@ -158,19 +163,27 @@ class SchedCostSpec:
     seconds: float = 0.0
 
 
+# A scheduler this many times the measured one, or a second a round, is no serving engine's.
+MAX_SCHED_FACTOR, MAX_SCHED_S = 100.0, 1.0
+
+
 def sched_cost(text: str) -> SchedCostSpec:
-    """`auto` (the measured default), `auto:F` (F >= 0 times it) or a constant in SECONDS."""
+    """`auto` (the measured default), `auto:F` (0 <= F <= 100 times it) or a constant in
+    SECONDS (0..1)."""
     kind, factor = name_arg(text)
     try:
         if kind == "auto":
             f = float(factor) if factor else 1.0
-            if math.isfinite(f) and f >= 0:
+            if 0 <= f <= MAX_SCHED_FACTOR:  # NaN fails both
                 return SchedCostSpec(factor=f)
-        elif not factor and math.isfinite(float(text)) and float(text) >= 0:
+        elif not factor and 0 <= float(text) <= MAX_SCHED_S:
             return SchedCostSpec(factor=None, seconds=float(text))
     except ValueError:
         pass
-    raise _fail(f"--sched-cost {text!r}: expected auto, auto:F or SECONDS >= 0")
+    raise _fail(
+        f"--sched-cost {text!r}: expected auto, auto:F (F in 0..{MAX_SCHED_FACTOR:g}) or SECONDS "
+        f"in 0..{MAX_SCHED_S:g}"
+    )
 
 
 _OPTIONS_RE = re.compile(r'^(?P<body>.*?)(\[(?P<opts>(?:[^\]"]|"(?:[^"\\]|\\.)*")*)\])?$')

@@ -16,7 +16,7 @@ import numpy as np
 from dsim import spec_grammar
 from dsim.checks import check_number
 from dsim.errors import InputError
-from dsim.trace_files import read_trace
+from dsim.trace_files import MAX_SPAN_S, read_trace
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,19 @@ class Workload:
     concurrency: int | None = None  # a closed-loop client: at most this many in flight
     end: float | None = None  # where the trace's time ends (None: at its last arrival)
     about: str = ""  # what the trace is, as read (its file, layout, span and rate)
+
+    def __post_init__(self) -> None:
+        """Arrivals within MAX_SPAN_S, whatever made them (a rate of 1e-300, a rate scale that
+        stretches the trace): past it a step's milliseconds would vanish into the clock."""
+        span = float(np.max(self.arrival_s, initial=0.0))
+        if not (np.isfinite(self.arrival_s).all() and span <= MAX_SPAN_S):
+            shown = f"{span:g} s" if np.isfinite(self.arrival_s).all() else "beyond any float"
+            raise InputError(
+                self.source,
+                None,
+                f"arrivals span {shown}, more than {MAX_SPAN_S / 86400:g} days: raise the "
+                "rate (rate=, --rate-scale, --qps) or shorten the trace",
+            )
 
     def __len__(self) -> int:
         return len(self.arrival_s)

@@ -142,7 +142,7 @@ def test_cli_named_engine_and_scale_are_recorded(monkeypatch, capsys, tmp_path):
     [
         (["--engine", "tgi"], "unknown engine 'tgi'; known: " + ", ".join(ENGINES)),
         (["--overhead-scale", "nan"], "expected a finite number"),
-        (["--overhead-scale", "-1"], "--overhead-scale must be >= 0"),
+        (["--overhead-scale", "-1"], "--overhead-scale must be a finite number >= 0 and <= 100"),
     ],
 )
 def test_bad_engine_input_is_one_line_and_writes_nothing(

@@ -232,7 +232,10 @@ def test_cli_writes_deterministic_estimate(monkeypatch, capsys, tmp_path):
         (["--ep", "2"], "--ep 2 needs an MoE model"),
         (["--dtype", "fp4"], "--dtype with --roofline must be bf16 or fp8"),
         (["--batch-tokens", "8"], "No such option: --batch-tokens"),
-        (["--tp", "16"], "no measured all-reduce for 16 GPUs on h100"),
+        (
+            ["--tp", "16"],
+            "--tp 16: no measured all-reduce for 16 GPUs on h200 (it borrows h100's table)",
+        ),
     ],
 )
 def test_bad_estimate_options_exit_2_and_write_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -348,11 +349,24 @@ def test_help_lists_every_name(monkeypatch, capsys, command):
     assert policy_usage() in out
 
 
-@pytest.mark.parametrize("spec", ["bogus", "fixed:-1", "fixed:x", "threshold:2", "dspark:Foo"])
+@pytest.mark.parametrize("spec", ["bogus", "fixed:-1", "fixed:x", "dspark:Foo"])
 def test_unknown_name_error_lists_every_name(spec):
     with pytest.raises(InputError) as err:
         parse_policy(spec)
     assert str(err.value).endswith(f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("threshold:2", "policy threshold:2: h must be a finite number >= 0 and <= 1, got 2.0"),
+        ("threshold:nan", "h must be a finite number >= 0 and <= 1, got nan"),
+        ("threshold:x", "policy threshold:x: h must be a number, got 'x'"),
+    ],
+)
+def test_a_threshold_outside_0_1_says_the_range_of_h(spec, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_policy(spec)
 
 
 def test_kinds_without_a_claim_on_their_prefix_leave_it_to_plug_ins():

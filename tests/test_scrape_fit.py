@@ -213,7 +213,10 @@ def test_show_reads_a_trace_as_its_rounds(tmp_path, monkeypatch, capsys):
         (["bogus:1"], "acceptance 'bogus:1': not a known acceptance spec and no such file"),
         (["vllm:{path}[spread=x]"], "spread"),
         (["vllm:{tmp}/missing.prom"], "missing.prom"),
-        (["preset:dspark:chat", "--gamma", "0"], "--gamma must be at least 1, got 0"),
+        (
+            ["preset:dspark:chat", "--gamma", "0"],
+            "--gamma must be an integer >= 1 and <= 64, got 0",
+        ),
         (["preset:dspark:chat", "--requests", "0"], "--requests must be at least 1, got 0"),
     ],
 )

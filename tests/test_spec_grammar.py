@@ -116,9 +116,11 @@ def test_sched_cost_refuses(text):
         g.sched_cost(text)
 
 
-@given(st.floats(0, 1e6))
+@given(st.floats(0, g.MAX_DRAFT_RATIO))
 def test_draft_cost_ratio_round_trip(x):
     assert g.draft_cost(f"ratio:{x!r}") == g.DraftCostSpec(ratio=x)
+    with pytest.raises(InputError, match="ratio must be a finite number >= 0 and <= 100"):
+        g.draft_cost(f"ratio:{g.MAX_DRAFT_RATIO + 1 + x!r}")
     assert g.draft_cost("0") == g.DraftCostSpec()
     assert g.draft_cost("profiles/d.csv") == g.DraftCostSpec(profile="profiles/d.csv")
 

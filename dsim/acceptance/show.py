@@ -24,7 +24,9 @@ from dsim.acceptance.presets import PRESET_GAMMA
 from dsim.acceptance.sources import parse_acceptance, scrape_read
 from dsim.acceptance.trace import read_acceptance_trace, trace_gamma
 from dsim.acceptance.vllm_metrics import Acceptance
+from dsim.checks import check_number
 from dsim.errors import InputError, Notice
+from dsim.run_spec import MAX_COUNTS
 
 
 def _recorded(spec: str) -> tuple[str, Acceptance] | None:
@@ -81,8 +83,7 @@ def acceptance_report(
     recorded = _recorded(spec)
     if gamma is None:
         gamma = len(recorded[1].per_position) if recorded is not None else PRESET_GAMMA
-    if gamma < 1:
-        raise InputError(None, None, f"--gamma must be at least 1, got {gamma}")
+    check_number(gamma, "--gamma", ge=1, le=MAX_COUNTS["gamma"], integer=True)
     with warnings.catch_warnings():  # the report says it itself
         warnings.simplefilter("ignore", Notice)
         sources = [parse_acceptance(spec, g) for g in range(1, gamma + 1)]

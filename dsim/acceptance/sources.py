@@ -44,6 +44,9 @@ class AcceptanceSource(Protocol):
 
 
 _OPTIONS = {"spread", "spread_req", "overconf", "rho"}
+# Logit noise wider than this makes every draft's acceptance a coin flip of 0 or 1 (and the
+# fits overflow): no drafter's confidences spread so (docs/design.md, Input limits).
+SPREADS, MAX_SPREAD = ("spread", "spread_req"), 20.0
 _VLLM_OPTIONS = ("model", "since")  # string-valued, vllm: only
 
 
@@ -66,6 +69,8 @@ def _options(part: AcceptancePart) -> tuple[dict[str, float], dict[str, str]]:
         if key not in _OPTIONS:
             raise _bad(spec, f"unknown option {key!r} (known: {sorted(_OPTIONS)})")
         bound = {"gt": 0} if key == "overconf" else {"ge": 0}
+        if key in SPREADS:
+            bound["le"] = MAX_SPREAD
         out[key] = spec_grammar.number(value, f"acceptance {spec!r}: {key}", **bound)
     if not 0.0 <= out.get("rho", 0.0) < 1.0:
         raise _bad(spec, "rho must lie in [0, 1)")

@@ -11,7 +11,9 @@ import pandas as pd
 
 from dsim.acceptance.sources import parse_acceptance
 from dsim.acceptance.trace import conf_columns, write_acceptance_trace
+from dsim.checks import check_number
 from dsim.errors import InputError
+from dsim.run_spec import MAX_COUNTS
 
 
 def _rounds(
@@ -76,7 +78,8 @@ def write_synthetic_trace(
     tokens: int | None = None,
 ) -> pd.DataFrame:
     """Sample a trace from the acceptance spec (`dsim synth-acceptance`) and write it."""
-    checked = [("--gamma", gamma), ("--sequences", sequences), ("--rounds", rounds)]
+    check_number(gamma, "--gamma", ge=1, le=MAX_COUNTS["gamma"], integer=True)
+    checked = [("--sequences", sequences), ("--rounds", rounds)]
     for name, value in checked + ([("--tokens", tokens)] if tokens is not None else []):
         if value < 1:
             raise InputError(None, None, f"{name} must be at least 1, got {value}")

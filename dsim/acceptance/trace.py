@@ -139,7 +139,7 @@ def _probability_column(df: pd.DataFrame, path: str | Path, col: str) -> np.ndar
     outside = (values < 0) | (values > 1)
     if outside.any():
         i = int(np.argmax(outside))
-        raise InputError(path, i + 1, f"column {col!r}: {values[i]!r} is outside [0, 1]")
+        raise InputError(path, i + 1, f"column {col!r}: {float(values[i]):g} is outside [0, 1]")
     return values
 
 

@@ -41,6 +41,9 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*
 _UNESCAPE = {"n": "\n", '"': '"', "\\": "\\"}
 _POSITION = re.compile(r"0|[1-9][0-9]*")  # canonical: `00` and `0` are not two positions
 MAX_POSITIONS = 1024  # draft positions a scrape may report
+# vLLM adds a round's accepted tokens to the total and to its positions together, so the two
+# agree but for rounds counted between the scrape's reads of them: a larger gap is said.
+TOTALS_TOLERANCE = 0.01
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # metric (without prefix/suffix), sorted labels
 
@@ -251,6 +254,15 @@ def read_vllm_acceptance(
             None,
             f"inconsistent totals: {totals[ACCEPTED]:g} accepted, {totals[DRAFT_TOKENS]:g} "
             f"draft tokens, {drafts:g} drafts of at most {n} tokens",
+        )
+    summed = float(counts.sum())
+    if abs(summed - totals[ACCEPTED]) > TOTALS_TOLERANCE * max(totals[ACCEPTED], summed):
+        warnings.warn(
+            f"{path}: its per-position counters sum to {summed:g} accepted tokens but "
+            f"{PREFIX}{ACCEPTED} says {totals[ACCEPTED]:g}{window}: dsim follows the per-position "
+            "counters (a scrape of two servers, or of counters reset apart?)",
+            Notice,
+            stacklevel=2,
         )
     return Acceptance(drafts, totals[DRAFT_TOKENS], totals[ACCEPTED], counts)
 

@@ -49,9 +49,7 @@ def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: floa
     for key in ("kv_bytes_per_token_per_gpu", "kv_bytes_per_token"):
         if key in sidecar:
             return _kv_size(key, sidecar[key], side)
-    cfg = sidecar.get("model_config", {})
-    if not isinstance(cfg, dict):
-        raise InputError(side, None, "model_config: expected an object")
+    cfg = sidecar.get("model_config", {})  # an object: `profile_metadata` checks it
     if all(k in cfg for k in KV_FIELDS) and sidecar.get("dtype") in DTYPE_BYTES:
         layers, heads, dim = (_whole(side, k, cfg[k], top) for k, top in KV_FIELDS.items())
         size = 2.0 * layers * heads * dim * DTYPE_BYTES[sidecar["dtype"]]

@@ -41,7 +41,8 @@ def closed_loop(
     counts from the send)."""
     sent = np.array(earliest_s, np.float64)
     records.sent = sent
-    free_at = [0.0] * limit  # a heap: when each slot is (or becomes) free
+    # a heap: when each slot is (or becomes) free; slots beyond the requests are never used
+    free_at = [0.0] * min(limit, len(sent))
     wake = [env.event()]
 
     def finished(count: int, at: float) -> None:

@@ -85,9 +85,10 @@ def topology(
     layout is disaggregated."""
     shape = layout(replicas, disagg)
     kind = router_kind(router)
+    gbps = check_positive("kv-link-gbps", kv_link_gbps)  # unused when colocated, still finite
     if not shape.disaggregated:
         return Topology(shape, kind)
-    gbps, per_token = check_positive("kv-link-gbps", kv_link_gbps), kv_bytes()
+    per_token = kv_bytes()
     seconds_per_token(per_token, gbps)  # a transfer time that is finite and sane, or refused
     return Topology(shape, kind, gbps, per_token)
 

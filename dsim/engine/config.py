@@ -41,8 +41,13 @@ class EngineConfig:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
-        if self.token_budget is not None and self.token_budget < 1:
-            raise InputError(None, None, "--max-num-batched-tokens must be >= 1")
+        if self.token_budget is not None and self.token_budget < 1 + self.gamma:
+            raise InputError(
+                None,
+                None,
+                f"--max-num-batched-tokens {self.token_budget} is below 1 + gamma = "
+                f"{1 + self.gamma}, one request's verify pass: raise it or lower --gamma",
+            )
         check_ragged_penalty(self.ragged_penalty)
 
     @property

@@ -61,7 +61,8 @@ TOKENS_OPT = typer.Option(
 CONTEXTS_OPT = typer.Option(
     None,
     help=f"KV context per sequence (default: {CPU_CONTEXTS}; "
-    "roofline: 512,1024,2048,4096,8192,16384).",
+    "roofline: 512,1024,2048,4096,8192,16384 up to the model's maximum position and the "
+    "replica's KV memory, beyond which a context is refused).",
 )
 PREFILL_SEQS_OPT = typer.Option(
     PREFILL_SEQS,
@@ -165,6 +166,7 @@ def profile(
     check_output_file(out, force, sidecar=True)  # before minutes of measuring, not after
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
+        _no_measurement_options(ctx)
         if drafter:
             raise InputError(
                 None, None, "--drafter is not supported with --roofline: estimate a drafter's "
@@ -192,15 +194,33 @@ def profile(
     _measure(model, grid, device, dtype, timer, out, command, options)
 
 
+# `dsim profile` options that shape or time a measurement; an estimate prices its own grid.
+MEASUREMENT_ONLY = (
+    "device", "threads", "seqs", "tokens_per_seq", "prefill_seqs", "prefill_chunks", "repeats",
+    "warmup", "timer",
+)  # fmt: skip
+
+
+def _no_measurement_options(ctx: typer.Context) -> None:
+    """Refuse a measurement's option beside --roofline: it would be ignored without a word."""
+    for name in MEASUREMENT_ONLY:
+        if ctx.get_parameter_source(name).name != "DEFAULT":
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                None, None, f"{flag} shapes a measurement; --roofline estimates its own grid "
+                f"(--contexts, --tp, --dtype): drop {flag}",
+            )  # fmt: skip
+
+
 def _estimate(
     gpu: str, model: str, contexts: str | None, engine: str | None, out: Path, command: str,
     options: dict, draft_model: str | None = None,
 ) -> None:  # fmt: skip
     """`--roofline GPU`: write the calibrated estimate of the target's step (or of a drafter's
     pass, `draft_model`) under `engine` (the default if None)."""
-    from dsim.hardware.roofline import CONTEXTS, write_roofline
+    from dsim.hardware.roofline import write_roofline
 
-    c = CONTEXTS if contexts is None else parse_ints(contexts, "--contexts")
+    c = None if contexts is None else parse_ints(contexts, "--contexts")
     name = DEFAULT_ENGINE if engine is None else engine
     chosen = f"engine {name}" + (" (the default)" if engine is None else "")
     if draft_model is None:

@@ -49,7 +49,7 @@ from dsim.hardware.gpu_model import (
     step_time,
 )
 from dsim.hardware.latency import write_profile
-from dsim.hardware.roofline import COLUMNS, CONTEXTS, estimate_inputs, grid
+from dsim.hardware.roofline import COLUMNS, estimate_inputs, grid, grid_contexts
 
 HEAD_RANK = 64  # the sequential (markov) head's rank, dsim's drafter default
 BLOCK_LAYERS = 2  # the block drafter's backbone depth (DrafterConfig.for_target's default)
@@ -211,7 +211,7 @@ def drafter_profile(
     gpu: str,
     model: str,
     draft_model: str,
-    contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    contexts: tuple[int, ...] | list[int] | None = None,
     tp: int = 1,
     ep: int = 1,
     dtype: str = "bf16",
@@ -224,6 +224,7 @@ def drafter_profile(
     preset, spec, arch, par = estimate_inputs(
         gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
     )
+    contexts = grid_contexts(contexts, gpu, model, arch, par, spec)
     cal, overhead = gpu_fit.calibration(spec), drafter_terms(preset, overhead_scale)
     df = grid(contexts).query("phase == 'verify'").reset_index(drop=True)
     args = (df[c].to_numpy(np.float64) for c in ("batch_tokens", "num_seqs", "context_len"))

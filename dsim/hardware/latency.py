@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
 from dsim.inputs import read_json_object
@@ -108,12 +109,27 @@ def _phases(df: pd.DataFrame, path: str | Path) -> np.ndarray:
     return phase
 
 
+# The sidecar's sections that readers look into (an estimate's engine rule, memory and
+# parallelism; a measurement's model config): each an object when present.
+SIDECAR_SECTIONS = ("engine", "memory", "parallel", "model_config")
+
+
 def profile_metadata(path: str | Path) -> dict[str, Any]:
-    """The JSON sidecar (NAME.json beside NAME.csv), or {} when there is none."""
+    """The JSON sidecar (NAME.json beside NAME.csv), or {} when there is none; its sections
+    checked here, once, so no reader meets a string where it expects an object."""
     side = Path(path).with_suffix(".json")
     if not side.exists():
         return {}
-    return read_json_object(side, "profile sidecar")
+    meta = read_json_object(side, "profile sidecar")
+    for name in SIDECAR_SECTIONS:
+        if name in meta and not isinstance(meta[name], dict):
+            raise InputError(
+                side, None, f"{name}: expected an object, got {type(meta[name]).__name__}"
+            )
+    gpus = meta.get("parallel", {}).get("gpus")
+    if gpus is not None:
+        check_number(gpus, "parallel.gpus", ge=1, integer=True, where=side)
+    return meta
 
 
 def engine_label(path: str | Path) -> str:
@@ -158,10 +174,10 @@ def spec_costs(path: str | Path, sidecar: dict | None = None) -> tuple[tuple[flo
 def gpu_figures(sidecar: dict[str, Any], replicas: int, throughput_tok_s: float) -> dict[str, Any]:
     """GPUs per replica (an estimate's sidecar says how many GPUs one step runs on), GPUs in
     total and output throughput per GPU; None where the sidecar does not say (a measurement)."""
-    parallel = sidecar.get("parallel")
-    gpus = parallel.get("gpus") if isinstance(parallel, dict) else None
-    if not isinstance(gpus, int) or gpus < 1:
+    gpus = sidecar.get("parallel", {}).get("gpus")  # checked by `profile_metadata`
+    if gpus is None:
         return {"gpus_per_replica": None, "gpus_total": None, "throughput_tok_s_per_gpu": None}
+    gpus = int(gpus)
     return {
         "gpus_per_replica": gpus,
         "gpus_total": gpus * replicas,

@@ -12,12 +12,12 @@ is an estimate: a measured profile wins.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
@@ -51,6 +51,8 @@ BREAKDOWN = (
 )
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
 KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+# An engine this many times slower than its fitted preset is no serving engine (a typo).
+MAX_OVERHEAD_SCALE = 100.0
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights + KV cache
 
 
@@ -156,6 +158,36 @@ def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
     }
 
 
+def grid_contexts(
+    contexts: tuple[int, ...] | list[int] | None,
+    gpu: str,
+    model: str,
+    arch: Arch,
+    par: Parallel,
+    spec: Gpu,
+) -> tuple[int, ...]:
+    """The grid's KV contexts: the given ones, each within the model's maximum position and
+    the KV one sequence can hold in the replica's memory (a longer one is refused: no engine
+    serves it); by default CONTEXTS up to those limits (docs/design.md, Input limits)."""
+    weights = weight_bytes_per_gpu(arch, par)
+    _check_weights_fit(model, gpu, spec, weights)
+    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes - weights
+    capacity = int(usable // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+    position = zoo.max_position(model)
+    limits = [(capacity, "the KV tokens the replica's memory holds")]
+    limits += [(position, f"{model}'s max_position_embeddings")] if position else []
+    limit, why = min(limits)
+    if contexts is None:
+        return tuple(c for c in CONTEXTS if c <= limit) or (limit,)
+    if max(contexts) > limit:
+        raise InputError(
+            None,
+            None,
+            f"--contexts {max(contexts)} is beyond {why} ({limit}): give contexts up to {limit}",
+        )
+    return tuple(contexts)
+
+
 def estimate_inputs(
     gpu: str,
     model: str,
@@ -172,15 +204,25 @@ def estimate_inputs(
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
     par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
     check_parallel(arch, par)
-    if not (math.isfinite(overhead_scale) and overhead_scale >= 0):
-        raise InputError(None, None, f"--overhead-scale must be >= 0, got {overhead_scale}")
+    measured = gpu_fit.allreduce_table(spec.calibration).fits
+    if tp > 1 and tp not in measured:
+        borrowed = (
+            f" (it borrows {spec.calibration}'s table)" if spec.calibration != gpu.lower() else ""
+        )
+        raise InputError(
+            None,
+            None,
+            f"--tp {tp}: no measured all-reduce for {tp} GPUs on {gpu.lower()}{borrowed}: use "
+            f"--tp {', '.join(map(str, [1, *sorted(measured)]))}",
+        )
+    check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
     return preset, spec, arch, par
 
 
 def roofline_profile(
     gpu: str,
     model: str,
-    contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    contexts: tuple[int, ...] | list[int] | None = None,
     tp: int = 1,
     ep: int = 1,
     dtype: str = "bf16",
@@ -192,9 +234,9 @@ def roofline_profile(
     preset, spec, arch, par = estimate_inputs(
         gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
     )
+    contexts = grid_contexts(contexts, gpu, model, arch, par, spec)
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
-    _check_weights_fit(model, gpu, spec, weights)
     cal = gpu_fit.calibration(spec)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
@@ -265,7 +307,7 @@ def write_roofline(
     gpu: str,
     model: str,
     out: str | Path,
-    contexts: tuple[int, ...] | list[int] = CONTEXTS,
+    contexts: tuple[int, ...] | list[int] | None = None,
     command: str = "",
     **options,
 ) -> pd.DataFrame:

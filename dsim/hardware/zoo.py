@@ -11,12 +11,12 @@ so it also covers models transformers' measurement path does not build here (MoE
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsim.errors import InputError
 from dsim.hardware.arch import Arch
+from dsim.inputs import read_json_object
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -109,6 +109,7 @@ ZOO: dict[str, dict[str, Any]] = {
         moe_intermediate_size=768,
         num_experts=128,
         num_experts_per_tok=8,
+        max_position_embeddings=40960,
         decoder_sparse_step=1,
         mlp_only_layers=[],
         vocab_size=151936,
@@ -132,6 +133,7 @@ ZOO: dict[str, dict[str, Any]] = {
         qk_rope_head_dim=64,
         v_head_dim=128,
         vocab_size=129280,
+        max_position_embeddings=163840,
         tie_word_embeddings=False,
     ),
     # meta-llama/Llama-2-7b-hf (Vidur's bundled profile, for benchmarks/vs_vidur.py).
@@ -223,6 +225,14 @@ def load_fields(model: str) -> tuple[dict[str, Any], str]:
     raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
 
 
+def max_position(model: str) -> int | None:
+    """The longest context a model's config says it serves (None where it does not say)."""
+    fields, source = load_fields(model)
+    if fields.get("max_position_embeddings", fields.get("n_positions")) is None:
+        return None
+    return _int_field(fields, source, "max_position_embeddings", "n_positions")
+
+
 def config_class(kind: str) -> type[PretrainedConfig]:
     """The transformers config class of a model_type in CONFIG_TYPES, imported on first use:
     the commands that only read the zoo's fields (`dsim run`, the GPU estimate) do not pay
@@ -246,21 +256,20 @@ def _read_config_json(path: Path) -> dict[str, Any]:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise InputError(file, None, "no such config file")
-    try:
-        fields = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(file, exc.lineno, f"invalid JSON: {exc.msg}") from None
-    if not isinstance(fields, dict):
-        raise InputError(file, None, "config must be a JSON object")
+    fields = read_json_object(file, "model config")
     fields.setdefault("num_key_value_heads", fields.get("num_attention_heads"))
     return fields
 
 
-def _int_field(fields: dict[str, Any], source: str, *names: str, default: Any = None) -> int:
-    """The first of `names` present, as a positive integer (`default` when none is present)."""
+def _int_field(
+    fields: dict[str, Any], source: str, *names: str, default: Any = None, zero: bool = False
+) -> int:
+    """The first of `names` present, as a positive integer (or >= 0 with `zero`; `default`
+    when none is present)."""
     value = next((fields[n] for n in names if fields.get(n) is not None), default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InputError(source, None, f"{names[0]} must be a positive integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
+        kind = "a non-negative" if zero else "a positive"
+        raise InputError(source, None, f"{names[0]} must be {kind} integer, got {value!r}")
     return value
 
 
@@ -282,20 +291,34 @@ def load_arch(model: str) -> Arch:
     if experts:
         width_name = "intermediate_size" if f.get("num_local_experts") else "moe_intermediate_size"
         width = _int_field(f, source, width_name)
-        shared = f.get("n_shared_experts") or 0
+        shared = _int_field(f, source, "n_shared_experts", default=0, zero=True)
         if f.get("shared_expert_intermediate_size"):
-            shared = max(f["shared_expert_intermediate_size"] // width, 1)
+            shared = max(_int_field(f, source, "shared_expert_intermediate_size") // width, 1)
         moe = dict(
             experts=_int_field(f, source, "num_experts", "n_routed_experts", "num_local_experts"),
             top_k=_int_field(f, source, "num_experts_per_tok"),
             expert_intermediate=width,
             shared_experts=int(shared),
-            dense_layers=int(f.get("first_k_dense_replace") or 0),
+            dense_layers=_int_field(f, source, "first_k_dense_replace", default=0, zero=True),
         )
+        if moe["top_k"] > moe["experts"]:
+            raise InputError(
+                source,
+                None,
+                f"num_experts_per_tok {moe['top_k']} exceeds the {moe['experts']} experts "
+                "(a token is routed to at most every expert)",
+            )
+        if moe["dense_layers"] >= layers:
+            raise InputError(
+                source,
+                None,
+                f"first_k_dense_replace must be in 0..{layers - 1} (num_hidden_layers "
+                f"{layers}), got {moe['dense_layers']}",
+            )
     mla: dict[str, int] = {}
     if f.get("kv_lora_rank"):
         mla = dict(
-            q_lora_rank=int(f.get("q_lora_rank") or 0),
+            q_lora_rank=_int_field(f, source, "q_lora_rank", default=0, zero=True),
             kv_lora_rank=_int_field(f, source, "kv_lora_rank"),
             qk_nope_dim=_int_field(f, source, "qk_nope_head_dim"),
             qk_rope_dim=_int_field(f, source, "qk_rope_head_dim"),

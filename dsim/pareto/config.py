@@ -42,12 +42,12 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
-from dsim import bench_names
+from dsim import bench_names, spec_grammar
 from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
 from dsim.policies import check_gamma, parse_policy
-from dsim.run_inputs import no_effect, resolve
+from dsim.run_inputs import resolve, spec_warnings
 from dsim.run_spec import MAX_COUNTS, RUN_OPTIONS, VLLM_NAMES, RunSpec
 from dsim.sla import Sla
 from dsim.sla import read as read_sla
@@ -87,10 +87,15 @@ class SweepConfig:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """The base settings that some policy ignores, one line each (as `dsim run` says them):
-        said before the sweep and kept in the report."""
-        specs = (replace(self.base, policy=policy) for policy in self.policies)
-        return tuple(line for spec in specs for line in no_effect(spec))
+        """The base settings that some policy or layout ignores or that look wrong, one line
+        each (as `dsim run` says them): said before the sweep and kept in the report."""
+        specs = (
+            replace(self.base, policy=policy, **layout.fields)
+            for policy in self.policies
+            for layout in self.layouts or (Layout(()),)
+        )
+        ratio = spec_grammar.draft_cost(self.base.draft_cost).ratio  # checked with the config
+        return tuple(dict.fromkeys(line for s in specs for line in spec_warnings(s, ratio)))
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
         """(policy, load, spec) for every point: policies outer, then layouts, loads
@@ -266,8 +271,11 @@ class _Checker:
 
     def number_list(self, table: dict, key: str, prefix: str, positive: bool) -> list[float]:
         value = table.get(key, [])
-        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+        if not isinstance(value, list):
             self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(value)}")
+        for v in value:
+            if not _is_number(v):
+                self.fail(f"{prefix}{key}", f"expected a list of numbers, got {_kind(v)} {v!r}")
         for v in value:
             self.wrap(
                 f"{prefix}{key}", lambda v=v: check_number(v, "values", gt=0 if positive else None)

@@ -12,7 +12,7 @@ from dsim.errors import InputError
 from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
 from dsim.policies.plugin import plugin_maker
 from dsim.policies.protocol import Policy
-from dsim.spec_grammar import name_arg
+from dsim.spec_grammar import name_arg, number
 
 # (spec, the text after the kind's colon, SLA) -> a fresh policy, or None if ARG does not fit
 Build = Callable[[str, str, float | None], Policy | None]
@@ -45,12 +45,8 @@ def _fixed_k(spec: str, arg: str, sla: float | None) -> Fixed | None:
     return Fixed(k, spec) if k >= 0 else None
 
 
-def _threshold(spec: str, arg: str, sla: float | None) -> Threshold | None:
-    try:
-        h = float(arg)
-    except ValueError:
-        return None
-    return Threshold(h, spec) if 0.0 <= h <= 1.0 else None
+def _threshold(spec: str, arg: str, sla: float | None) -> Threshold:
+    return Threshold(number(arg, f"policy {spec}: h", ge=0, le=1), spec)
 
 
 def _with_sla(cls: type[Goodput | DSpark | DSparkAsync]) -> Build:

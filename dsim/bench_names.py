@@ -32,6 +32,8 @@ OPTIONS = (
 )
 # vLLM's defaults where dsim needs one (vllm/benchmarks/serve.py, datasets RandomDataset).
 NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, RANGE_RATIO = 1000, 1024, 128, 0.0
+# Longest random length: above every context window dsim knows (DeepSeek-V3: 163,840).
+MAX_LEN = 2**20
 RANDOM = ("random_input_len", "random_output_len", "random_range_ratio")
 
 
@@ -93,8 +95,8 @@ def _random(given: dict, keys: dict[str, str]) -> str:
         raise InputError(None, None, f"--dataset-name {name!r}: {problem}")
     lengths = {}
     for key, option, default, bounds in (
-        ("prompt", "random_input_len", INPUT_LEN, {"ge": 1, "integer": True}),
-        ("output", "random_output_len", OUTPUT_LEN, {"ge": 1, "integer": True}),
+        ("prompt", "random_input_len", INPUT_LEN, {"ge": 1, "le": MAX_LEN, "integer": True}),
+        ("output", "random_output_len", OUTPUT_LEN, {"ge": 1, "le": MAX_LEN, "integer": True}),
         ("range_ratio", "random_range_ratio", RANGE_RATIO, {"ge": 0, "lt": 1}),
     ):
         value = _number(given, option, **bounds) if option in given else default

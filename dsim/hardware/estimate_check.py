@@ -1,6 +1,6 @@
 """A measured verify-step profile against the `gpu-only` estimate, point by point: the level
 (estimate / measured - 1) and the shape T(R, q) / T(R, 1) per cell. The rule and its targets
-are the serving-grade profile study's (experiments/gpu_profile/README.md); the estimate is
+are the serving-grade profile study's (the GPU profile study); the estimate is
 `gpu_model.step_time` under the `gpu-only` preset (GPU work, no engine terms)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A serving-grade verify-step profile of a decoder on a GPU (experiments/gpu_profile/README.md,
+"""A serving-grade verify-step profile of a decoder on a GPU (the GPU profile study,
 Serving-grade profile).
 
 The step is built the way a serving engine builds it, so that what is timed is the GPU's work,

@@ -3,7 +3,7 @@ prices.
 
 On a shared or virtual machine the core's speed wanders by 10-30% within a minute, more than
 bursts served a minute away from a run, or one factor for a whole run, can follow
-(experiments/validation/README.md). So every `every`-th verify of a real run first times one
+(the validation study's README). So every `every`-th verify of a real run first times one
 extra target pass of a fixed shape (REFERENCE_TOKENS tokens of one sequence over
 REFERENCE_CONTEXT cached, on a KV slot of its own), stamped with the engine time of the step it
 falls in, and the run's wall clock is paused around it (`PausableTime`), so no step of the run

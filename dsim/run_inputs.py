@@ -34,7 +34,6 @@ from dsim.engine.config import (
 )
 from dsim.errors import InputError
 from dsim.hardware.engines import Scheduling
-from dsim.hardware.gpu_model import SpecRound
 from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
 from dsim.inputs import recording
 from dsim.policies import Policy, check_gamma, plugin_source, policy_maker, reads_sla, sla_users
@@ -135,14 +134,14 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
         target = profile()
-        (per_round, per_pass), prior = spec_costs(spec.profile, target.sidecar)
+        spec_round, prior = spec_costs(spec.profile, target.sidecar)
         where = f"{Path(spec.profile).with_suffix('.json')}: engine ragged penalty"
         prior = check_ragged_penalty(prior, where)
     config = engine_config(spec, target, sched, prior)
     with reading("drafter_kind"):
         kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
-        draft = parse_draft_cost(spec.draft_cost, kind, SpecRound(per_round, per_pass))
+        draft = parse_draft_cost(spec.draft_cost, kind, spec_round)
     return EngineInputs(
         spec, config, target, draft, shape, policy, spec_warnings(spec, draft.ratio)
     )

@@ -121,7 +121,7 @@ def test_kv_blocks_and_running_sums_balance_under_preemption(block_size):
     """Under a KV budget that forces preemption, every step holds at most the budget, and the
     replica's running sums (KV blocks, the batch's context and blocks) return to zero."""
     cfg = EngineConfig(max_seqs=64, kv_tokens=3000, block_size=block_size, prefill_chunk=256)
-    replica = _replica(cfg=cfg, rate=20)
+    replica = _replica(cfg=cfg, rate=30)
     env = simpy.Environment()
     _serve(env, replica)
     env.run()

@@ -51,6 +51,7 @@ def test_a_profile_without_an_engine_keeps_the_fallbacks(tmp_path):
     ("name", "budget", "chunk", "mixed"),
     [
         ("vllm", 8192, 8192, True),
+        ("vllm-0.8", 8192, 8192, True),
         ("trtllm", 8192, 8192, True),
         ("gpu-only", 8192, 8192, True),
         ("sglang", 8192, 8192, False),
@@ -65,7 +66,7 @@ def test_each_engine_rule_becomes_the_runs_default(tmp_path, name, budget, chunk
 
 
 def test_every_engine_has_a_rule_case():
-    assert set(ENGINES) == {"vllm", "trtllm", "gpu-only", "sglang", "vllm-2023"}
+    assert set(ENGINES) == {"vllm", "vllm-0.8", "trtllm", "gpu-only", "sglang", "vllm-2023"}
 
 
 def test_vllm_budget_is_2048_on_a100():

@@ -192,9 +192,9 @@ def test_h200_borrows_h100_fit_and_is_faster_when_memory_bound():
 
 
 def test_moe_verification_cost_grows_with_experts_touched():
-    df, _ = roofline_profile("h200", "qwen3-30b-a3b", contexts=[512], overhead_scale=0.0)
+    df, _ = roofline_profile("h200", "qwen3-30b-a3b", contexts=[512], engine="gpu-only")
     one_seq = df[(df["phase"] == "verify") & (df["num_seqs"] == 1)].sort_values("batch_tokens")
-    dense, _ = roofline_profile("h200", "qwen3-8b", contexts=[512], overhead_scale=0.0)
+    dense, _ = roofline_profile("h200", "qwen3-8b", contexts=[512], engine="gpu-only")
     dense1 = dense[(dense["phase"] == "verify") & (dense["num_seqs"] == 1)]
     growth = one_seq["latency_ms"].iloc[-1] / one_seq["latency_ms"].iloc[0]
     assert growth > 1.3 > dense1["latency_ms"].max() / dense1["latency_ms"].min()
@@ -264,9 +264,14 @@ def test_unknown_gpu_model_and_bad_split(monkeypatch, capsys, tmp_path, gpu, mod
     assert not out.exists()
 
 
-def test_estimate_is_monotone_in_tokens_at_fixed_sequences_and_context():
-    # the all-reduce is a fitted line, not the jittery raw table: more tokens never cost less
-    df, _ = roofline_profile("h200", "deepseek-v3", contexts=[512, 8192], tp=8, ep=8, dtype="fp8")
+@pytest.mark.parametrize("engine", ["gpu-only", "vllm", "sglang"])
+def test_estimate_is_monotone_in_tokens_at_fixed_sequences_and_context(engine):
+    """The all-reduce is a fitted line per kernel, not the jittery raw table: more tokens never
+    cost less; without graphs every token costs more, with them a step pays its padding (a
+    staircase: equal within a captured size)."""
+    df, _ = roofline_profile("h200", "deepseek-v3", contexts=[512, 8192], tp=8, ep=8, dtype="fp8",
+                             engine=engine)  # fmt: skip
     verify = df[df["phase"] == "verify"].sort_values("batch_tokens")
     for _, part in verify.groupby(["num_seqs", "context_len"]):
-        assert np.all(np.diff(part["latency_ms"].to_numpy()) > 0)
+        steps = np.diff(part["latency_ms"].to_numpy())
+        assert np.all(steps > 0) if engine == "gpu-only" else np.all(steps >= 0)

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli, write_flat_profile
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsim.engine.config import DraftCost
 from dsim.engine.replica import ragged
@@ -37,12 +39,12 @@ class Alternating:
 """
 
 
-def profile(tmp_path, per_round=0.0, per_pass=0.0, penalty=0.0, name="flat"):
+def profile(tmp_path, per_round=0.0, host_pass=0.0, penalty=0.0, name="flat"):
     """A flat 10 ms profile whose sidecar carries an engine's speculative terms."""
     path = write_flat_profile(tmp_path / f"{name}.csv", 10.0)
     engine = {
         "name": "test",
-        "spec_round": {"terms_s": {"per_round_s": per_round, "per_pass_s": per_pass}},
+        "spec_round": {"terms_s": {"per_round_s": per_round, "host_pass_s": host_pass}},
         "ragged": {"penalty": penalty},
     }
     path.with_suffix(".json").write_text(json.dumps({"estimate": True, "engine": engine}))
@@ -60,22 +62,33 @@ def decode_only(steps):
 
 # -- the round cost --------------------------------------------------------------------------
 @pytest.mark.parametrize(("kind", "passes"), [("ar", 3), ("block", 1), ("mtp1", 1)])
-def test_draft_cost_adds_per_round_and_per_pass(kind, passes):
-    """Closed form: passes x ratio x the target's pass + per_round + per_pass x passes."""
+def test_draft_cost_is_per_round_plus_each_pass_at_least_its_host_time(kind, passes):
+    """Closed form: per_round + passes x max(ratio x the target's pass, host per step)."""
     latency = LatencyModel(pd.DataFrame({"batch_tokens": [1, 64], "context_len": 0,
                                          "latency_ms": [10.0, 10.0]}))  # fmt: skip
-    terms = SpecRound(0.002, 0.0005)
-    cost = DraftCost(ratio=0.1, kind=kind, spec_round=terms)
-    assert cost.seconds(4, 3, 0.0, latency) == pytest.approx(passes * (0.001 + 0.0005) + 0.002)
-    free = DraftCost(ratio=0.0, kind=kind, spec_round=terms)
+    host_bound = SpecRound(0.002, 0.0015)  # the pass's work (1 ms) is shorter than the host's
+    cost = DraftCost(ratio=0.1, kind=kind, spec_round=host_bound)
+    assert cost.seconds(4, 3, 0.0, latency) == pytest.approx(0.002 + passes * 0.0015)
+    gpu_bound = SpecRound(0.002, 0.0005)
+    cost = DraftCost(ratio=0.1, kind=kind, spec_round=gpu_bound)
+    assert cost.seconds(4, 3, 0.0, latency) == pytest.approx(0.002 + passes * 0.001)
+    free = DraftCost(ratio=0.0, kind=kind, spec_round=gpu_bound)
     assert free.seconds(4, 3, 0.0, latency) == pytest.approx(0.002 + 0.0005 * passes)
+
+
+@given(st.floats(0, 0.05), st.floats(0, 0.05), st.floats(0, 1))
+def test_a_pass_costs_the_longer_of_its_work_and_the_host_time(work, host, ratio):
+    terms = SpecRound(0.0, host)
+    assert terms.pass_seconds(work) == max(work, host)
+    many = terms.pass_seconds(np.array([work, ratio * work]))
+    np.testing.assert_array_equal(many, np.maximum([work, ratio * work], host))
 
 
 @pytest.mark.parametrize(("kind", "expected_ms"), [("ar", 15.0), ("block", 13.0)])
 def test_every_drafting_decode_step_pays_the_round_cost(tmp_path, kind, expected_ms):
-    """Flat 10 ms step, 2 ms a round + 1 ms a pass: gamma 3 ar passes 15 ms, one block pass
-    13 ms; `ar` (no drafter) pays nothing."""
-    prof = profile(tmp_path, per_round=0.002, per_pass=0.001)
+    """Flat 10 ms step, 2 ms a round, a pass at least 1 ms of host time: gamma 3 ar passes
+    15 ms, one block pass 13 ms; `ar` (no drafter) pays nothing."""
+    prof = profile(tmp_path, per_round=0.002, host_pass=0.001)
     steps = run(prof, policy="fixed:3", gamma=3, drafter_kind=kind).steps
     np.testing.assert_allclose(steps.latency_s[decode_only(steps)], expected_ms / 1e3)
     plain = run(prof, policy="ar").steps
@@ -84,7 +97,7 @@ def test_every_drafting_decode_step_pays_the_round_cost(tmp_path, kind, expected
 
 def test_the_policies_see_the_round_cost_in_sps(tmp_path):
     """SPS(B) = 1 / (drafter + machinery + step): the engine hands the cost to the policy."""
-    prof = profile(tmp_path, per_round=0.004, per_pass=0.0)
+    prof = profile(tmp_path, per_round=0.004, host_pass=0.0)
     seen = []
 
     class Spy:
@@ -108,43 +121,74 @@ def test_the_policies_see_the_round_cost_in_sps(tmp_path):
 def test_old_sidecars_price_nothing(tmp_path):
     """A profile without a sidecar, or one without the new entries, runs as before."""
     bare = write_flat_profile(tmp_path / "bare.csv", 10.0)
-    assert spec_costs(bare) == ((0.0, 0.0), 0.0)
+    assert spec_costs(bare) == (SpecRound(), 0.0)
     bare.with_suffix(".json").write_text(json.dumps({"estimate": True, "engine": {"name": "x"}}))
-    assert spec_costs(bare) == ((0.0, 0.0), 0.0)
+    assert spec_costs(bare) == (SpecRound(), 0.0)
+    zeros = {"name": "x", "spec_round": {"terms_s": {"per_round_s": 0.0, "per_pass_s": 0.0}}}
+    bare.with_suffix(".json").write_text(json.dumps({"estimate": True, "engine": zeros}))
+    assert spec_costs(bare) == (SpecRound(), 0.0)  # an older estimate that priced nothing
     a = run(str(bare), policy="dspark")
     b = run(profile(tmp_path, name="zeros"), policy="dspark")
     assert a.requests.equals(b.requests)
 
 
-def test_presets_terms_and_borrowing():
-    """SGLang's fitted terms are >= 0 and vLLM and TensorRT-LLM borrow them; the 2023 preset
-    and GPU-only have none, so their profiles run as before."""
-    sglang = get_engine("sglang")
-    assert sglang.spec_round.per_round_s >= 0 and sglang.spec_round.per_pass_s > 0
-    for name in ("vllm", "trtllm"):
-        engine = get_engine(name)
-        assert engine.spec_round == sglang.spec_round and "borrowed" in engine.spec_round_source
-        assert engine.record()["ragged"]["penalty"] == pytest.approx(1 / 0.84 - 1, abs=1e-4)
+def test_an_older_estimate_with_a_per_pass_constant_is_refused(tmp_path, monkeypatch, capsys):
+    old = write_flat_profile(tmp_path / "old.csv", 10.0)
+    terms = {"per_round_s": 0.0, "per_pass_s": 0.00148}
+    sidecar = {"estimate": True, "engine": {"name": "x", "spec_round": {"terms_s": terms}}}
+    old.with_suffix(".json").write_text(json.dumps(sidecar))
+    with pytest.raises(InputError, match="regenerate the estimate"):
+        spec_costs(old)
+    code, _, err = run_cli(monkeypatch, capsys, "run", "--trace", TRACE, "--profile", str(old),
+                           "--out", str(tmp_path / "run"), "--no-progress")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_presets_round_terms_by_version():
+    """Each version's terms are >= 0 and name their source; current vLLM takes vLLM 0.8's,
+    TensorRT-LLM borrows SGLang's; the 2023 preset and GPU-only have none."""
+    sglang, vllm08 = get_engine("sglang"), get_engine("vllm-0.8")
+    for engine in (sglang, vllm08):
+        assert engine.spec_round.per_round_s >= 0 and engine.spec_round.host_pass_s > 0
+    assert get_engine("vllm").spec_round == vllm08.spec_round
+    trtllm = get_engine("trtllm")
+    assert trtllm.spec_round == sglang.spec_round and "borrowed" in trtllm.spec_round_source
     for name in ("vllm-2023", "gpu-only"):
         engine = get_engine(name)
         assert engine.spec_round == SpecRound() and engine.ragged.penalty == 0.0
     scaled = get_engine("vllm").record(0.5)
-    assert scaled["spec_round"]["terms_s"]["per_pass_s"] == pytest.approx(
-        0.5 * sglang.spec_round.per_pass_s
+    assert scaled["spec_round"]["terms_s"]["host_pass_s"] == pytest.approx(
+        0.5 * vllm08.spec_round.host_pass_s
     )
 
 
 def test_the_round_fit_reads_the_rules():
-    """The tree row: 64 verify tokens, 8 passes of 8 tokens; MTP: 1 + k tokens, k passes; the
-    measured round is AL / speed-up plain steps; the leave-one-out refits on two rows."""
-    table = round_fit.round_table().set_index("row")
-    assert table.loc[18, ["verify_per_seq", "passes", "pass_per_seq"]].tolist() == [64, 8, 8]
-    assert table.loc[19, ["verify_per_seq", "passes"]].tolist() == [4, 3]
+    """The tree row: 64 verify tokens, 8 passes of 8 tokens; chains: 1 + K verify tokens, K
+    passes, the first over all of them; ratio rows' round is AL / speed-up plain steps, E126's
+    its TPOT; leave one source out covers every row."""
+    table = round_fit.round_table().set_index("name")
+    tree = ["verify_per_seq", "passes", "first_per_seq", "rest_per_seq"]
+    assert table.loc["P18", tree].tolist() == [64, 8, 8, 8]
+    assert table.loc["P19", tree].tolist() == [4, 3, 4, 1]
+    assert table.loc["E126", tree].tolist() == [4, 3, 4, 1]
+    ratio = table.drop(index="E126")
     np.testing.assert_allclose(
-        table["measured_round_s"], table["accept_len"] / table["speedup"] * table["plain_s"]
+        ratio["measured_round_s"], ratio["accept_len"] / ratio["speedup"] * ratio["plain_s"]
     )
+    assert table.loc["E126", "measured_round_s"] == pytest.approx(0.01247)
     loo = round_fit.leave_one_out()["rows"]
-    assert len(loo) == 3 and all(r["fold_terms_s"]["per_pass_s"] >= 0 for r in loo)
+    assert sorted(r["row"] for r in loo) == sorted(table.index)
+
+
+def test_the_round_fit_recovers_terms_that_made_the_rounds():
+    """Rounds made by known terms give them back (exact data, the grid's step)."""
+    table = round_fit.round_table()
+    sglang = table[table["version"] == "sglang"].copy()
+    true = SpecRound(0.0006, 0.00095)
+    sglang["measured_round_s"] = round_fit.predict_round(sglang, true)
+    got = round_fit.fit_terms(sglang)
+    assert got.host_pass_s == pytest.approx(true.host_pass_s, abs=1e-9)
+    assert got.per_round_s == pytest.approx(true.per_round_s, abs=1e-9)
 
 
 # -- the ragged penalty ----------------------------------------------------------------------

@@ -186,10 +186,12 @@ def test_drafter_passes_by_kind(linear):
     assert DraftCost(0.5, kind="block").seconds(r, gamma, c, target) == pytest.approx(
         0.5 * target.latency(r * gamma, r, c)
     )
-    assert DraftCost(0.5, kind="ar").seconds(r, gamma, c, target) == pytest.approx(gamma * one)
+    first = 0.5 * target.latency(r * (1 + gamma), r, c)  # over every verify position
+    ar = DraftCost(0.5, kind="ar").seconds(r, gamma, c, target)
+    assert ar == pytest.approx(first + (gamma - 1) * one)
     assert DraftCost(0.5, kind="mtp1").seconds(r, gamma, c, target) == pytest.approx(one)
     profiled = DraftCost(profile=target, kind="ar")  # a drafter profile prices a pass directly
-    assert profiled.seconds(r, gamma, c, target) == pytest.approx(gamma * 2 * one)
+    assert profiled.seconds(r, gamma, c, target) == pytest.approx(2 * first + (gamma - 1) * 2 * one)
 
 
 def test_drafter_kind_of_each_policy():

@@ -86,36 +86,42 @@ def drafter_kind(policy: str, kind: str = "auto") -> str:
 @dataclass(frozen=True)
 class DraftCost:
     """Drafter time per round, priced by its passes (docs/design.md, Drafter and scheduler
-    cost): a parallel block drafter makes one pass over R x gamma tokens, an autoregressive
-    drafter gamma passes over R tokens, an MTP-1 head one pass over R tokens. A pass costs
-    `ratio` times the target's verify step for the same tokens and sequences, or what a
-    drafter profile says for them (`LatencyModel.latency`). The engine's speculative machinery
-    (`spec_round`: per round and per pass, from the target profile's engine preset) is added."""
+    cost): a parallel block drafter makes one pass over R x gamma tokens, an MTP-1 head one pass
+    over R tokens, an autoregressive drafter gamma passes, the first over every verify position
+    (R x (1 + gamma) tokens: vLLM's padded drafter batch, SGLang's draft-extend, TensorRT-LLM's
+    first MTP call) and the others over R. A pass's work costs `ratio` times the target's
+    verify step for the same tokens and sequences, or what a drafter profile says for them
+    (`LatencyModel.latency`); the engine's speculative machinery (`spec_round`, from the target
+    profile's engine preset) makes a pass cost at least its host time per proposer step and
+    adds its per-round cost."""
 
     ratio: float = 0.0
     profile: LatencyModel | None = None
     kind: str = "block"
     spec_round: SpecRound = SpecRound()
 
-    def passes(self, num_seqs: int, gamma: int) -> tuple[int, int]:
-        """(passes per round, tokens per pass)."""
+    def passes(self, num_seqs: int, gamma: int) -> tuple[tuple[int, int], ...]:
+        """(tokens per pass, number of such passes) of one round."""
         if self.kind == "ar":
-            return gamma, num_seqs
-        return 1, num_seqs * (gamma if self.kind == "block" else 1)
+            first = ((num_seqs * (1 + gamma), 1),)
+            return first + (((num_seqs, gamma - 1),) if gamma > 1 else ())
+        return ((num_seqs * (gamma if self.kind == "block" else 1), 1),)
 
     def seconds(
         self, num_seqs: int, gamma: int, context_len: float, target: LatencyModel | StepPrice
     ) -> float:
         """Drafter seconds per round; `target` prices the target's verify step (a `StepPrice`
         of the step at hand looks it up fastest)."""
-        passes, tokens = self.passes(num_seqs, gamma)
-        machinery = self.spec_round.seconds(passes)
-        if self.profile is not None:
-            return passes * float(self.profile.latency(tokens, num_seqs, context_len)) + machinery
-        if not self.ratio:
-            return machinery
-        pass_s = float(target.latency(tokens, num_seqs, context_len))
-        return passes * self.ratio * pass_s + machinery
+        total = self.spec_round.per_round_s
+        for tokens, count in self.passes(num_seqs, gamma):
+            if self.profile is not None:
+                work = float(self.profile.latency(tokens, num_seqs, context_len))
+            elif self.ratio:
+                work = self.ratio * float(target.latency(tokens, num_seqs, context_len))
+            else:
+                work = 0.0
+            total += count * float(self.spec_round.pass_seconds(work))
+        return total
 
 
 def parse_draft_cost(

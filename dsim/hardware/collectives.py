@@ -219,3 +219,9 @@ def custom_allreduce_table(calibration: str) -> CustomAllReduce:
             f"{', '.join(NVLINK_CALIBRATIONS)}",
         )
     return CustomAllReduce(fit_physics(), allreduce_table(calibration))
+
+
+def for_engine(nccl: AllReduce, custom: bool) -> AllReduce | CustomAllReduce:
+    """The all-reduce an engine calls: its custom kernel below the cap where it runs one
+    (every modern engine on NVLink), else the NCCL line."""
+    return CustomAllReduce(fit_physics(), nccl) if custom else nccl

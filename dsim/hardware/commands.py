@@ -104,8 +104,10 @@ EP = typer.Option(
 )
 ENGINE = typer.Option(
     None,
-    help=f"The serving engine whose step terms are added to the GPU work: {ENGINE_NAMES} "
-    f"(default {DEFAULT_ENGINE}: vLLM V1 with CUDA graphs; profiles/README.md, Engine presets).",
+    help=f"The serving engine and version whose graphs, collectives, host time and round "
+    f"terms price the step: {ENGINE_NAMES} (default {DEFAULT_ENGINE}: current vLLM, async "
+    "scheduling and full CUDA graphs; vllm-0.8: V1 0.8 with piecewise graphs; profiles/"
+    "README.md, Engine presets).",
     rich_help_panel=ESTIMATE,
 )
 KV_DTYPE = typer.Option(

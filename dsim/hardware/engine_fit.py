@@ -1,19 +1,28 @@
-"""Fitting the engine presets' step terms on published end-to-end runs (profiles/README.md,
-Engine presets; the rules: docs/engine-fit-rules.md).
+"""Fitting the engine presets' host terms on published end-to-end runs (the rules:
+docs/engine-v2-rules.md; the v1 readings of the rows: docs/engine-fit-rules.md).
 
 Each plain-decoding row the rules admit is one measured decode step (median ITL, or mean TPOT
-with the other requests' prefill work in it) at its Little's-law batch R = output tok/s x mean
-ITL and mean context input + output/2. The GPU work of that step comes from
-`gpu_model.step_parts` as fitted on Vidur's operator data (not refitted here); the engine's
-terms are fitted on the gap by non-negative least squares on relative error, with the terms
-its data cannot pin set to stated priors. Leave-one-source-out folds refit without each source.
-Deterministic: no sampling, no starting point.
+with the other requests' prefill work in it) at its Little's-law batch R and mean context. Its
+GPU work comes from `gpu_model.step_costs` as fitted on Vidur's operator data (not refitted
+here), at the tokens the engine's CUDA graphs run and with the collectives it calls. What the
+GPU work leaves is fitted by one non-negative least squares on relative error over every row,
+each weighted by its stated noise:
+
+- one GPU term shared by every engine, seconds per byte of routed-expert weights read (the
+  MoE residual, `StepOverhead.moe_s_per_byte`: the same GPU work under every engine);
+- per engine version, the serialised host time per step and per running sequence.
+
+An engine version that overlaps host work with the GPU (SGLang 0.4, current vLLM) gets the
+overlapped part as a stated prior (docs/engine-v2-rules.md, addendum 5). Leave-one-source-out
+folds refit without each source; a version left without rows takes terms pooled over the
+engines. Deterministic: no sampling, no starting point.
 """
 
 from __future__ import annotations
 
+import csv
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -22,22 +31,15 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from dsim.hardware import gpu_fit, zoo
+from dsim.hardware import gpu_fit
 from dsim.hardware.arch import Parallel
-from dsim.hardware.gpu_model import GPUS, StepOverhead, step_parts
+from dsim.hardware.gpu_model import StepOverhead
+from dsim.hardware.graph_priors import graphs
+from dsim.hardware.pricing import Pricing, pricing
 
 DATA = "data/engines/published_benchmarks.csv"
-# Row number -> (preset, fold, setup). The rules' table: which rows enter which fit.
-ROWS: dict[int, tuple[str, str, str]] = {
-    **{i: ("vllm", "vLLM 50", "vLLM DeepSeek-R1 8xH200") for i in (0, 1, 2)},
-    **{i: ("vllm", "vLLM 200", "vLLM DeepSeek-R1 8xH200") for i in (8, 9)},
-    **{i: ("sglang", "SGLang 50", "SGLang DeepSeek-R1 8xH200") for i in (4, 5, 6)},
-    10: ("sglang", "SGLang 200", "SGLang DeepSeek-R1 8xH200"),
-    **{i: ("trtllm", "NIM", "NIM Llama-3.3-70B 2xH100") for i in range(11, 17)},
-    17: ("sglang", "SGLang PR", "SGLang Llama-3.3-70B 8xH100"),
-}
-FOLDS = ("vLLM 50", "vLLM 200", "SGLang 50", "SGLang 200", "NIM", "SGLang PR", "LMSYS blog")
-FITTED = ("vllm", "sglang", "trtllm")
+EVAL = "data/engines/evaluation_rows.csv"
+FITTED = ("vllm-0.8", "sglang", "trtllm")
 MTBENCH_CONTEXT = 1000  # the MT-Bench row's context (its lengths are not published)
 # The long-input rule's budgets: vLLM 0.8.4's API-server max_num_batched_tokens on H100/H200,
 # SGLang's chunked_prefill_size in the fitted runs' log.
@@ -46,11 +48,31 @@ SETUPS = {  # setup of a row: (zoo model, gpu, tp, weight dtype)
     "deepseek": ("deepseek-v3", "h200", 8, "fp8"),
     "nim": ("llama3.3-70b", "h100", 2, "fp8"),
     "pr": ("llama3.3-70b", "h100", 8, "bf16"),
+    "datacrunch": ("llama3.3-70b", "h200", 4, "bf16"),
+    "docs": ("llama3-8b", "h100", 1, "bf16"),
 }
+# Published row -> (engine version, source fold, setup): the rules' plain table.
+P_ROWS: dict[int, tuple[str, str, str]] = {
+    **{i: ("vllm-0.8", "vLLM logs", "deepseek") for i in (0, 1, 2, 8, 9)},
+    **{i: ("sglang", "SGLang logs", "deepseek") for i in (4, 5, 6, 10)},
+    **{i: ("trtllm", "NIM", "nim") for i in range(11, 17)},
+    17: ("sglang", "SGLang PR", "pr"),
+}
+E_FITTED = (130, 131, 132, 135, 136, 137, 138)  # datacrunch's 70B TP 4 H200 series in scope
+E_OVERLOAD = (133, 134)  # the rules' exclusion 1: reported, not fitted
+FOLDS = ("vLLM logs", "SGLang logs", "NIM", "SGLang PR", "datacrunch")
 
 
 def raw_rows() -> pd.DataFrame:
     return pd.read_csv(Path(str(resources.files("dsim.hardware").joinpath(DATA))))
+
+
+@cache
+def eval_rows() -> tuple[dict, ...]:
+    """The evaluation rows of docs/engine-v2-rules.md (E<i>: row i, 0-based)."""
+    path = Path(str(resources.files("dsim.hardware").joinpath(EVAL)))
+    with path.open() as f:
+        return tuple(csv.DictReader(f))
 
 
 def prefill_share(row: pd.Series) -> float:
@@ -67,144 +89,174 @@ def _mean_itl_s(row: pd.Series) -> float:
     return float(found.group(1)) / 1e3 if found else float("nan")
 
 
-def _setup(row: pd.Series) -> str:
-    if "DeepSeek" in row["model"]:
-        return "deepseek"
-    return "nim" if row["tp"] == 2 else "pr"
+def _notes_number(row: dict, label: str) -> float:
+    """A number the row's notes give after `label`."""
+    return float(re.search(re.escape(label) + r"([0-9.]+)", row["notes"]).group(1))
+
+
+def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
+    row = raw_rows().iloc[i]
+    noise = 0.05
+    if setup == "pr":  # TPOT = 1 / tok/s at batch 1
+        measured, metric, noise = 1.0 / float(row["output_tok_s"]), "TPOT = 1 / tok/s", 0.10
+        seqs, context = 1.0, float(MTBENCH_CONTEXT)
+    else:
+        mean = _mean_itl_s(row)
+        seqs = float(row["output_tok_s"]) * mean
+        context = float(row["input_len"]) + float(row["output_len"]) / 2
+        measured, metric = (
+            (mean, "mean TPOT")
+            if setup == "nim"
+            else (float(row["median_itl_ms"]) / 1e3, "median ITL")
+        )
+    return dict(
+        row=f"P{i}",
+        version=version,
+        fold=fold,
+        setup=setup,
+        metric=metric,
+        measured_s=measured,
+        seqs=seqs,
+        context=context,
+        noise=noise,
+        nim_input=float(row["input_len"]) if setup == "nim" else 0.0,
+        nim_output=float(row["output_len"]) if setup == "nim" else 0.0,
+    )
+
+
+def _e_row(i: int) -> dict:
+    """E130-E138 (SGLang, Llama-3.x-70B, 4x H200) and E0 (SGLang docs, 8B, batch 1 assumed)."""
+    ev = eval_rows()
+    r = ev[i]
+    mtb = float(MTBENCH_CONTEXT)
+    if i == 0:
+        return dict(
+            row="E0",
+            version="sglang",
+            fold="SGLang docs",
+            setup="docs",
+            metric="TPOT = 1 / tok/s (batch assumed 1)",
+            noise=0.10,
+            measured_s=1 / float(r["output_tok_s"]),
+            seqs=1.0,
+            context=mtb,
+        )
+    itl = float(r["median_itl_ms"]) / 1e3
+    if i <= 134:  # random 1024/1024, uniform lengths: mean input 512
+        out_len = _notes_number(r, "mean output tokens/request = ")
+        seqs, context = float(r["output_tok_s"]) * itl, 512 + out_len / 2
+    elif i <= 136:  # ShareGPT: output from the notes, input not stated
+        seqs, context = float(r["output_tok_s"]) * itl, mtb
+    else:  # no tok/s: rate x E135/E136's mean output x median TPOT
+        out_len = _notes_number(ev[i - 2], "mean output tokens/request = ")
+        seqs, context = float(r["request_rate"]) * out_len * float(r["median_tpot_ms"]) / 1e3, mtb
+    return dict(
+        row=f"E{i}",
+        version="sglang",
+        fold="datacrunch",
+        setup="datacrunch",
+        metric="median ITL",
+        noise=0.10,
+        measured_s=itl,
+        seqs=seqs,
+        context=context,
+    )
+
+
+def setup_pricing(setup: str, version: str) -> Pricing:
+    """A row setup's pricing under an engine version's graphs and custom all-reduce."""
+    model, gpu, tp, dtype = SETUPS[setup]
+    return pricing(model, gpu, Parallel(tp=tp, dtype=dtype), True, graphs(version, gpu))
+
+
+def gpu_costs(setup: str, version: str, tokens, seqs, context, prefill) -> dict:
+    """`step_costs` of a setup under an engine version, without the engine's terms."""
+    price = setup_pricing(setup, version)
+    arrays = [np.atleast_1d(np.asarray(v, np.float64)) for v in (tokens, seqs, context)]
+    pre = np.broadcast_to(np.asarray(prefill, bool), arrays[0].shape)
+    return price.costs(StepOverhead(0.0, 0.0), *arrays, pre)
 
 
 @cache
 def fit_rows() -> pd.DataFrame:
-    """The admitted rows as decode steps: measured seconds, R, C, GPU work, prefill share."""
-    raw = raw_rows()
-    out = []
-    for i, (preset, fold, setup_name) in ROWS.items():
-        row = raw.iloc[i]
-        setup = _setup(row)
-        model, gpu, tp, dtype = SETUPS[setup]
-        if setup == "pr":
-            measured, metric = 1.0 / float(row["output_tok_s"]), "TPOT = 1 / output tok/s"
-            seqs, context, prefill_s = 1.0, float(MTBENCH_CONTEXT), 0.0
-        else:
-            mean = _mean_itl_s(row)
-            seqs = float(row["output_tok_s"]) * mean
-            context = float(row["input_len"]) + float(row["output_len"]) / 2
-            if setup == "nim":
-                measured, metric = mean, "mean TPOT"
-                one = _gpu_work(
-                    model, gpu, tp, dtype, row["input_len"], 1.0, row["input_len"], True
-                )
-                prefill_s = max(seqs - 1.0, 0.0) / float(row["output_len"]) * one
-            else:
-                measured, metric = float(row["median_itl_ms"]) / 1e3, "median ITL"
-                prefill_s = 0.0
-        arch = zoo.load_arch(model)
-        out.append(
-            {
-                "row": i,
-                "preset": preset,
-                "fold": fold,
-                "setup": setup_name,
-                "metric": metric,
-                "input_len": row["input_len"],
-                "output_len": row["output_len"],
-                "seqs": seqs,
-                "context": context,
-                "measured_s": measured,
-                "gpu_s": _gpu_work(model, gpu, tp, dtype, seqs, seqs, context, False),
-                "prefill_s": prefill_s,
-                "layers": arch.layers,
-                "moe_layers": arch.moe_layers,
-            }
+    """Every plain row of the rules: measured seconds, R, C, GPU work, the MoE column, the
+    other requests' prefill work (NIM's mean TPOT), and whether it is fitted."""
+    out = [_p_row(i, *v) for i, v in P_ROWS.items()]
+    out += [_e_row(i) | {"fitted": True} for i in E_FITTED]
+    out += [_e_row(i) | {"fitted": False, "excluded": "overload (exclusion 1)"} for i in E_OVERLOAD]
+    out += [_e_row(0) | {"fitted": False, "excluded": "evaluation only (batch assumed)"}]
+    for row in out:
+        row.setdefault("fitted", True)
+        row.setdefault("excluded", "")
+        costs = gpu_costs(
+            row["setup"], row["version"], row["seqs"], row["seqs"], row["context"], False
         )
+        row["gpu_s"] = float(costs["gpu"][0])
+        row["padding_s"] = float(costs["padding"][0])
+        row["launches_s"] = float(costs["launches"][0])
+        row["moe_layers"] = setup_pricing(row["setup"], row["version"]).arch.moe_layers
+        row["prefill_s"] = 0.0
+        if row["setup"] == "nim":  # one prompt's prefill per output token of each other request
+            n = row.pop("nim_input")
+            one = gpu_costs("nim", "trtllm", n, 1.0, n, True)["gpu"][0]
+            row["prefill_s"] = max(row["seqs"] - 1.0, 0.0) / row.pop("nim_output") * float(one)
+        row.pop("nim_input", None)
+        row.pop("nim_output", None)
     return pd.DataFrame(out)
 
 
-def _gpu_work(model, gpu, tp, dtype, tokens, seqs, context, prefill) -> float:
-    spec = GPUS[gpu]
-    cal = gpu_fit.calibration(spec)
-    parts = step_parts(
-        zoo.load_arch(model),
-        Parallel(tp=int(tp), dtype=dtype),
-        spec,
-        cal.kernels,
-        cal.allreduce,
-        np.array([float(tokens)]),
-        np.array([float(seqs)]),
-        np.array([float(context)]),
-        np.array([bool(prefill)]),
-    )
-    return float(sum(v[0] for v in parts.values()))
-
-
-def _nnls(rows: pd.DataFrame, columns: list[str], fixed_s: np.ndarray) -> np.ndarray:
-    """Non-negative terms on `columns` minimising relative error of measured - GPU - fixed."""
+def _nnls(rows: pd.DataFrame, columns: list[np.ndarray], fixed: np.ndarray) -> list[float]:
+    """Non-negative terms on `columns` minimising noise-weighted relative error of what the
+    GPU work and `fixed` leave of each measured step."""
     meas = rows["measured_s"].to_numpy()
-    gap = meas - rows["gpu_s"].to_numpy() - rows["prefill_s"].to_numpy() - fixed_s
-    design = np.column_stack([_column(rows, c) for c in columns]) / meas[:, None]
-    terms, _ = nnls(design, gap / meas)
-    return terms
+    gap = meas - rows["gpu_s"].to_numpy() - rows["prefill_s"].to_numpy() - fixed
+    weight = 1.0 / (meas * rows["noise"].to_numpy())
+    terms, _ = nnls(np.column_stack(columns) * weight[:, None], gap * weight)
+    return [float(t) for t in terms]
 
 
-def _column(rows: pd.DataFrame, name: str) -> np.ndarray:
-    if name == "step":
-        return np.ones(len(rows))
-    return rows[name].to_numpy(np.float64)
+def _host(rows: pd.DataFrame) -> StepOverhead:
+    """Serialised host time per step and per sequence, fitted on dense rows."""
+    step, seq = _nnls(rows, [np.ones(len(rows)), rows["seqs"].to_numpy()], np.zeros(len(rows)))
+    return StepOverhead(0.0, seq, per_step_s=step)
 
 
-def _terms(step: float = 0.0, moe: float = 0.0, seq: float = 0.0) -> StepOverhead:
-    return StepOverhead(0.0, float(seq), per_step_s=float(step), per_moe_layer_s=float(moe))
-
-
-def shared_terms(rows: pd.DataFrame) -> StepOverhead:
-    """One pooled fit over every engine's rows: for presets a fold leaves without data."""
-    step, moe, seq = _nnls(rows, ["step", "moe_layers", "seqs"], 0.0)
-    return _terms(step, moe, seq)
-
-
-def dense_step(rows: pd.DataFrame) -> float:
-    """The dense per-step cost shared across engines: pooled [1, R] fit of the dense rows."""
-    dense = rows[rows["moe_layers"] == 0]
-    if dense.empty:
-        return 0.0
-    return float(_nnls(dense, ["step", "seqs"], 0.0)[0])
+def _moe(rows: pd.DataFrame, host: StepOverhead) -> float:
+    """The MoE kernels' unpriced GPU time per MoE layer on MoE rows, after `host`."""
+    fixed = host.per_step_s + host.per_seq_s * rows["seqs"].to_numpy()
+    return _nnls(rows, [rows["moe_layers"].to_numpy(np.float64)], fixed)[0]
 
 
 def fit_presets(rows: pd.DataFrame) -> dict[str, StepOverhead]:
-    """Each engine's terms on `rows` (the rules' priors where its rows cannot pin a term)."""
-    out: dict[str, StepOverhead] = {}
-    shared = shared_terms(rows)
-    own = {name: rows[rows["preset"] == name] for name in FITTED}
-    if own["sglang"].empty:
-        out["sglang"] = shared
-    elif (own["sglang"]["moe_layers"] == 0).any() and (own["sglang"]["moe_layers"] > 0).any():
-        out["sglang"] = _terms(*_nnls(own["sglang"], ["step", "moe_layers", "seqs"], 0.0))
-    else:  # one kind of model left: per_step from the shared dense prior
-        step = dense_step(rows)
-        moe, seq = _nnls(own["sglang"], ["moe_layers", "seqs"], np.full(len(own["sglang"]), step))
-        out["sglang"] = _terms(step, moe, seq)
-    if own["vllm"].empty:
-        out["vllm"] = shared
-    else:
-        step = dense_step(rows)
-        moe, seq = _nnls(own["vllm"], ["moe_layers", "seqs"], np.full(len(own["vllm"]), step))
-        out["vllm"] = _terms(step, moe, seq)
-    if own["trtllm"].empty:
-        out["trtllm"] = shared
-    else:
-        step, seq = _nnls(own["trtllm"], ["step", "seqs"], 0.0)
-        out["trtllm"] = _terms(step, out["sglang"].per_moe_layer_s, seq)
+    """Each engine version's terms fitted on `rows` (the fitted ones): host time on its dense
+    rows, then its MoE kernels' shortfall on its MoE rows; terms pooled over the engines
+    where a version has no such rows (said in the record); the overlapped priors of the
+    addendum."""
+    rows = rows[rows["fitted"]]
+    dense, moe = rows[rows["moe_layers"] == 0], rows[rows["moe_layers"] > 0]
+    pooled_host = _host(dense)
+    out = {}
+    for version in FITTED:
+        mine = dense[dense["version"] == version]
+        host = _host(mine) if len(mine) else pooled_host
+        mine_moe = moe[moe["version"] == version]
+        per_layer = _moe(mine_moe if len(mine_moe) else moe, host)
+        out[version] = replace(host, per_moe_layer_s=per_layer)
+    vllm = out["vllm-0.8"]
+    hidden = dict(overlap_step_s=vllm.per_step_s, overlap_seq_s=vllm.per_seq_s)
+    out["vllm"] = replace(vllm, per_step_s=0.0, per_seq_s=0.0, **hidden)
     return out
 
 
-def predict(rows: pd.DataFrame, terms: StepOverhead) -> np.ndarray:
-    fixed = terms.per_step_s + terms.per_moe_layer_s * rows["moe_layers"].to_numpy()
-    return (
-        rows["gpu_s"].to_numpy()
-        + rows["prefill_s"].to_numpy()
-        + fixed
-        + (terms.per_seq_s + terms.per_token_s) * rows["seqs"].to_numpy()
-    )
+def predict(rows: pd.DataFrame, terms: dict[str, StepOverhead]) -> np.ndarray:
+    """Each row's step under its version's terms: max(GPU, overlapped) + serialised."""
+    out = np.empty(len(rows))
+    for pos, (_, row) in enumerate(rows.iterrows()):
+        t = terms[row["version"]]
+        gpu = row["gpu_s"] + t.per_moe_layer_s * row["moe_layers"] + row["prefill_s"]
+        hidden = t.overlap_step_s + t.overlap_seq_s * row["seqs"] + row["launches_s"]
+        out[pos] = max(gpu, hidden) + t.per_step_s + t.per_seq_s * row["seqs"]
+    return out
 
 
 @cache
@@ -215,54 +267,60 @@ def presets() -> dict[str, StepOverhead]:
 
 @cache
 def loso() -> dict:
-    """Leave-one-source-out: each fold's rows predicted by presets refitted without them."""
+    """Leave-one-source-out: each fold's rows predicted by terms refitted without them; the
+    rows not fitted (overload, evaluation only) predicted by the full fit."""
     rows = fit_rows()
-    per_row = []
+    pred = np.full(len(rows), np.nan)
     folds = {}
     for fold in FOLDS:
-        test = (rows["fold"] == fold).to_numpy()
-        held = rows[test]
-        if held.empty:
-            folds[fold] = {"n": 0, "note": "no plain-decoding row dsim can price"}
-            continue
-        train = rows[~test]
-        refit = fit_presets(train)
-        empties = sorted(set(held["preset"]) - set(train["preset"]))
-        pred = np.empty(len(held))
-        for name, idx in held.groupby("preset").groups.items():
-            pos = held.index.get_indexer(idx)
-            pred[pos] = predict(held.loc[idx], refit[name])
-        err = pred / held["measured_s"].to_numpy() - 1.0
+        test = (rows["fold"] == fold).to_numpy() & rows["fitted"].to_numpy()
+        refit = fit_presets(rows[~test])
+        pred[test] = predict(rows[test], refit)
+        err = pred[test] / rows["measured_s"].to_numpy()[test] - 1.0
         folds[fold] = gpu_fit.error_summary(err) | {
-            "predicted_from": "shared terms (fold empties " + ", ".join(empties) + ")"
-            if empties
-            else "the engine's own refit",
-            "terms": {name: asdict(t) for name, t in refit.items()},
+            "terms": {name: asdict(t) for name, t in refit.items()}
         }
-        per_row.append(held.assign(predicted_s=pred, error=err))
-    table = pd.concat(per_row)
-    gpu_err = (rows["gpu_s"] + rows["prefill_s"]) / rows["measured_s"] - 1.0
-    setups = {
-        setup: gpu_fit.error_summary(part["error"].to_numpy())
-        | {"gpu_only": gpu_fit.error_summary(gpu_err[part.index].to_numpy())}
-        for setup, part in table.groupby("setup")
-    }
-    cols = ["row", "setup", "fold", "metric", "seqs", "context", "measured_s", "gpu_s"]
-    cols += ["prefill_s", "predicted_s", "error"]
+    rest = ~rows["fitted"].to_numpy()
+    pred[rest] = predict(rows[rest], presets())
+    in_sample = predict(rows, presets())
+    table = rows.assign(
+        predicted_s=pred,
+        error=pred / rows["measured_s"] - 1.0,
+        in_sample_error=in_sample / rows["measured_s"] - 1.0,
+        gpu_only_error=(rows["gpu_s"] + rows["prefill_s"]) / rows["measured_s"] - 1.0,
+    )
+    scored = table[table["fitted"]]
     return {
         "folds": folds,
-        "setups": setups,
-        "all": gpu_fit.error_summary(table["error"].to_numpy()),
-        "rows": table[cols].round(6).to_dict("records"),
+        "all": gpu_fit.error_summary(scored["error"].to_numpy()),
+        "gpu_only_residual": residuals(table),
+        "rows": table.round(6).to_dict("records"),
     }
+
+
+def residuals(table: pd.DataFrame) -> dict:
+    """Per setup: the share of the measured step the GPU work leaves (before any term)."""
+    out = {}
+    for setup, part in table[table["fitted"]].groupby("setup"):
+        share = 1.0 - (part["gpu_s"] + part["prefill_s"]) / part["measured_s"]
+        out[setup] = {
+            "median": round(float(share.median()), 4),
+            "min": round(float(share.min()), 4),
+            "max": round(float(share.max()), 4),
+        }
+    return out
 
 
 def record() -> dict:
     """What a sidecar records about the engine fit: data, rules, terms, held-out errors."""
     return {
-        "data": "dsim/hardware/data/engines/published_benchmarks.csv (README: sources)",
-        "rules": "docs/engine-fit-rules.md",
-        "rows": {str(i): list(v) for i, v in ROWS.items()},
+        "data": "dsim/hardware/data/engines/ (README: sources)",
+        "rules": "docs/engine-v2-rules.md",
+        "rows": sorted(fit_rows()["row"]),
         "terms_s": {name: asdict(t) for name, t in presets().items()},
-        "leave_one_source_out": {k: v for k, v in loso().items() if k != "rows"},
+        "leave_one_source_out": {
+            "folds": {k: {m: v[m] for m in v if m != "terms"} for k, v in loso()["folds"].items()},
+            "all": loso()["all"],
+            "gpu_only_residual": loso()["gpu_only_residual"],
+        },
     }

@@ -1,22 +1,24 @@
 """Engine presets: what a serving engine adds to the GPU work of a step (docs/design.md, The
-step-time model; profiles/README.md, Engine presets).
+step-time model; profiles/README.md, Engine presets; the rules: docs/engine-v2-rules.md).
 
-A preset is the engine's step terms (`StepOverhead`: per step, per layer, per MoE layer, per
-sequence, per sampled token; fitted on published end-to-end runs of that engine, or a stated
-prior where its runs cannot pin a term), its speculative round cost (`SpecRound`, fitted on
-published speculative runs, `round_fit`), the penalty on a step whose verify lengths differ
-between requests (`RAGGED`, a prior) and its scheduling behaviour where engines differ: whether
-a prefill chunk shares a step with decode work, and the step's token budget. The terms come
-from `engine_fit` and `round_fit` (deterministic, computed when first asked for), so a
-sidecar's numbers are always the fits'.
+A preset names the engine version its terms come from and holds: its host time per step and
+per sequence, serialised after the GPU work or overlapped with it (`StepOverhead`, fitted by
+`engine_fit` on published runs of that engine, or a stated transfer), the GPU time its MoE
+kernels add per MoE layer, the CUDA graphs it captures (`Graphs`: sizes, padding, launches where
+they do not cover a step), whether it runs the custom all-reduce, its speculative round
+(`SpecRound`: per round and the host time per proposer step, fitted by `round_fit`), the
+ragged-verify penalty of its graph mode, and its scheduling where engines differ (whether a
+prefill chunk shares a step with decode work, the step's token budget). The fits are
+deterministic and computed when first asked for, so a sidecar's numbers are always the fits'.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from dsim.errors import InputError
-from dsim.hardware.gpu_model import SpecRound, StepOverhead
+from dsim.hardware.gpu_model import Graphs, SpecRound, StepOverhead
+from dsim.hardware.graph_priors import graphs
 
 DEFAULT_ENGINE = "vllm"
 
@@ -61,32 +63,49 @@ class Scheduling:
 @dataclass(frozen=True)
 class Ragged:
     """The multiplier (1 + penalty) on the target pass of a step whose requests verify
-    different lengths (docs/design.md, Ragged verify lengths): a prior, with its source."""
+    different lengths (docs/design.md, Ragged verify lengths): paid only where the engine
+    version runs such a step in a worse graph mode than a uniform verify step (`mode`)."""
 
     penalty: float
     low: float
     high: float
+    mode: str  # the graph mode of a ragged verify step: full, piecewise or eager
     source: str
 
 
-RAGGED_PRIOR = Ragged(
-    round(1 / 0.84 - 1, 4),
-    0.0,
-    round(1 / 0.84 - 1, 4),
-    "vLLM falls back from full to piecewise CUDA graphs when speculation changes the verify "
-    "length at run time: -16% single-stream decode throughput measured (MTP k=2, "
-    "Qwen3.5-122B-A10B, GB10; vLLM GitHub reports #49547 and #49548), i.e. steps 1/0.84 = "
-    "1.19x. Range 0 (an engine that keeps a graph per ragged shape; on H100 full and "
-    "piecewise graphs were on par for an 8B EAGLE drafter, vllm-project/vllm pull 21477) to "
-    "the measured 0.19, which a bandwidth-poor GB10 makes unusually visible",
+GB10_PIECEWISE = round(1 / 0.84 - 1, 4)  # 16% lower throughput, i.e. steps 1.19x
+RAGGED_SOURCE = (
+    f"range 0 to {GB10_PIECEWISE}: vLLM runs a verify step whose lengths differ in PIECEWISE "
+    "graphs on GPUs other than SM100 (PR #47808); measured on a GB10 that costs 16% of "
+    "single-stream throughput against FULL graphs (vllm-project/vllm #49547, #49548: steps "
+    "1/0.84 = 1.19x, a bandwidth-poor GPU); on an H100 piecewise and full graphs were on par "
+    "for an 8B "
+    "EAGLE drafter (PR #21477), so on Hopper and Ampere the prior is the low end"
 )
-NO_RAGGED = Ragged(0.0, 0.0, 0.0, "no CUDA graphs to fall back from")
-BORROWED = "borrowed from sglang (this engine has no speculative row)"
+
+
+def ragged_prior(mode: str) -> Ragged:
+    """The penalty of a ragged verify step run in `mode` on the GPUs dsim prices (Hopper,
+    Ampere): none where that is the uniform step's mode too."""
+    if mode == "same":
+        return Ragged(
+            0.0,
+            0.0,
+            0.0,
+            mode,
+            "a ragged verify step runs in the graph mode of a "
+            "uniform one (no full graph to fall back from)",
+        )
+    return Ragged(0.0, 0.0, GB10_PIECEWISE, mode, RAGGED_SOURCE)
+
+
+NO_RAGGED = Ragged(0.0, 0.0, 0.0, "same", "no CUDA graphs to fall back from")
 
 
 @dataclass(frozen=True)
 class Engine:
-    """One preset: its name, what it stands for, the version fitted on, terms and scheduling."""
+    """One preset: its name, what it stands for, the version its terms come from, its terms,
+    graphs, collectives and scheduling."""
 
     name: str
     description: str
@@ -96,6 +115,8 @@ class Engine:
     spec_round: SpecRound = SpecRound()
     spec_round_source: str = "none (no speculative machinery priced)"
     ragged: Ragged = NO_RAGGED
+    graphs: Graphs | None = None
+    custom_allreduce: bool = False
 
     def record(self, scale: float = 1.0) -> dict:
         """What a profile sidecar says about the engine (terms as charged, after `scale`).
@@ -108,6 +129,10 @@ class Engine:
             "terms_s": asdict(self.terms.scaled(scale)),
             "fitted_terms_s": asdict(self.terms),
             "scheduling": asdict(self.scheduling),
+            "graphs": None if self.graphs is None else asdict(self.graphs),
+            "collectives": "custom one-shot/two-shot all-reduce below 8 MiB, NCCL above"
+            if self.custom_allreduce
+            else "NCCL",
             "spec_round": {
                 "terms_s": asdict(self.spec_round.scaled(scale)),
                 "fitted_terms_s": asdict(self.spec_round),
@@ -131,13 +156,43 @@ def _vllm_scheduling(gpu: str | None) -> Scheduling:
     )
 
 
+VLLM_2023_SCHEDULING = Scheduling(
+    True,
+    None,
+    2048,
+    "the rule the estimates of this engine were simulated with before presets existed "
+    "(prefill in chunks of at most 2048 tokens sharing the decode step, no step token "
+    "budget), kept so those results reproduce; vLLM 0.2 itself ran each prefill as a "
+    "step of its own, whole prompts, before decode steps",
+)
+SGLANG_SCHEDULING = Scheduling(
+    False,
+    8192,
+    None,
+    "SGLang runs prefill batches as steps of their own, before decode, whenever a "
+    "request waits to prefill (--enable-mixed-chunk is off by default; "
+    "scheduler.get_next_batch_to_run tries a prefill batch first); chunked_prefill_size "
+    "8192 on H200 (the fitted runs' log)",
+)
+TRTLLM_SCHEDULING = Scheduling(
+    True,
+    8192,
+    None,
+    "TensorRT-LLM's in-flight batching puts context and generation requests in one step; "
+    "max_num_tokens defaults to 8192",
+)
 ENGINES: dict[str, str] = {
-    "vllm": "vLLM V1 with CUDA graphs (torch.compile + piecewise graphs)",
-    "sglang": "SGLang with CUDA graphs",
+    "vllm": "vLLM (>= 0.11: async scheduling, full CUDA graphs for decode and verify)",
+    "vllm-0.8": "vLLM 0.8 V1 (piecewise CUDA graphs, host work serialised)",
+    "sglang": "SGLang 0.4 with CUDA graphs and overlap scheduling",
     "trtllm": "TensorRT-LLM (as behind NVIDIA NIM)",
     "vllm-2023": "vLLM 2023 in eager mode (no CUDA graphs), fitted on Splitwise",
     "gpu-only": "GPU work only: no engine overhead (the bound a perfect engine approaches)",
 }
+VLLM_HOST = (
+    "vLLM 0.8.4's fitted host work, overlapped with the GPU: async scheduling is on by default "
+    "(vllm/config/vllm.py @ 000fc94; for EAGLE/MTP since PR #31998), a transfer, not a fit"
+)
 
 
 def names() -> str:
@@ -154,49 +209,55 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
     description = ENGINES[key]
     if key == "gpu-only":
         vllm_sched = _vllm_scheduling(gpu)
-        return Engine(key, description, "none (no terms)", StepOverhead(0.0, 0.0), vllm_sched)
+        return Engine(
+            key,
+            description,
+            "none (no terms)",
+            StepOverhead(0.0, 0.0),
+            vllm_sched,
+            custom_allreduce=True,
+        )
     if key == "vllm-2023":
-        sched = Scheduling(
-            True,
-            None,
-            2048,
-            "the rule the estimates of this engine were simulated with before presets existed "
-            "(prefill in chunks of at most 2048 tokens sharing the decode step, no step token "
-            "budget), kept so those results reproduce; vLLM 0.2 itself ran each prefill as a "
-            "step of its own, whole prompts, before decode steps",
-        )
+        sched = VLLM_2023_SCHEDULING
         return Engine(key, description, "vLLM 2023 (Splitwise)", gpu_fit.step_overhead(), sched)
-    fit = engine_fit.presets()
-    borrowed = replace(RAGGED_PRIOR, source="vLLM's prior, borrowed: " + RAGGED_PRIOR.source)
-    spec = dict(spec_round=round_fit.spec_round(), ragged=borrowed)
-    if key == "vllm":
-        return Engine(
-            key, description, "vLLM 0.8.4 (V1)", fit["vllm"], _vllm_scheduling(gpu),
-            spec_round=spec["spec_round"], ragged=RAGGED_PRIOR, spec_round_source=BORROWED,
-        )  # fmt: skip
-    if key == "sglang":
-        sched = Scheduling(
-            False,
-            8192,
-            None,
-            "SGLang runs prefill batches as steps of their own, before decode, whenever a "
-            "request waits to prefill (--enable-mixed-chunk is off by default; "
-            "scheduler.get_next_batch_to_run tries a prefill batch first); chunked_prefill_size "
-            "8192 on H200 (the fitted runs' log)",
+    fit, rounds = engine_fit.presets(), round_fit.spec_rounds()
+    common = dict(custom_allreduce=True, graphs=graphs(key, gpu))
+    if key in ("vllm", "vllm-0.8"):
+        fitted = "vLLM 0.8.4 (V1)" + (
+            ", host work overlapped (async scheduling)" if key == "vllm" else ""
         )
         return Engine(
-            key, description, "SGLang 0.4.4-0.4.5.post3", fit["sglang"], sched, **spec,
-            spec_round_source="fitted on SGLang's EAGLE-3 and MTP rows "
-            "(docs/round-fit-rules.md)",
-        )  # fmt: skip
-    sched = Scheduling(
-        True,
-        8192,
-        None,
-        "TensorRT-LLM's in-flight batching puts context and generation requests in one step; "
-        "max_num_tokens defaults to 8192",
-    )
+            key,
+            description,
+            fitted,
+            fit[key],
+            _vllm_scheduling(gpu),
+            spec_round=rounds["vllm-0.8"],
+            ragged=ragged_prior("piecewise" if key == "vllm" else "same"),
+            spec_round_source=round_fit.SOURCES["vllm-0.8"]
+            + ("" if key == "vllm-0.8" else "; current vLLM takes them as they are (a transfer)"),
+            **common,
+        )
+    if key == "sglang":
+        return Engine(
+            key,
+            description,
+            "SGLang 0.4.4-0.4.5.post3",
+            fit["sglang"],
+            SGLANG_SCHEDULING,
+            spec_round=rounds["sglang"],
+            spec_round_source=round_fit.SOURCES["sglang"],
+            ragged=ragged_prior("eager"),
+            **common,
+        )
     return Engine(
-        key, description, "NVIDIA NIM 1.8.0 (TensorRT-LLM presumed)", fit["trtllm"], sched,
-        **spec, spec_round_source=BORROWED,
-    )  # fmt: skip
+        key,
+        description,
+        "NVIDIA NIM 1.8.0 (TensorRT-LLM presumed)",
+        fit["trtllm"],
+        TRTLLM_SCHEDULING,
+        spec_round=rounds["sglang"],
+        ragged=ragged_prior("eager"),
+        custom_allreduce=True,
+        spec_round_source="borrowed from sglang (this engine has no speculative row)",
+    )

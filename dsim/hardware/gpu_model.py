@@ -13,7 +13,8 @@ the serving engine's own work.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -70,48 +71,124 @@ class KernelFit:
 
 @dataclass(frozen=True)
 class StepOverhead:
-    """A serving engine's own time per step, beyond the GPU work (an engine preset's terms,
-    `dsim/hardware/engines.py`): fixed per step, per layer, per MoE layer, per running
-    sequence and per sampled token (every verify token; the last token of a prefill prompt)."""
+    """What a serving engine adds to a step's GPU work (an engine preset's terms,
+    `dsim/hardware/engines.py`; docs/design.md, The step-time model):
+
+    - serialised host time, paid after the GPU work: fixed per step, per layer, per running
+      sequence and per sampled token (every verify token; the last token of a prefill prompt);
+    - overlapped host time (an engine that schedules step N+1 while the GPU runs step N): per
+      step and per sequence, hidden unless it outlasts the GPU work;
+    - `per_moe_layer_s`, GPU work the roofline does not price: seconds per MoE layer of the
+      engine's MoE kernels beyond what their shapes cost (routing, permutation, the fused-MoE
+      kernels' shortfall), inside the GPU work and not scaled by `--overhead-scale`.
+    """
 
     per_layer_s: float
     per_seq_s: float
     per_step_s: float = 0.0
     per_moe_layer_s: float = 0.0
     per_token_s: float = 0.0
+    overlap_step_s: float = 0.0
+    overlap_seq_s: float = 0.0
 
     def scaled(self, factor: float) -> StepOverhead:
-        """Every term times `factor` (`--overhead-scale`)."""
-        return StepOverhead(*(factor * v for v in astuple(self)))
+        """Every host term times `factor` (`--overhead-scale`); the GPU term stays."""
+        scaled = StepOverhead(*(factor * v for v in astuple(self)))
+        return replace(scaled, per_moe_layer_s=self.per_moe_layer_s)
 
     def seconds(self, arch: Arch, seqs: np.ndarray, sampled: np.ndarray) -> np.ndarray:
-        """The overhead of steps over `seqs` sequences sampling `sampled` tokens."""
-        fixed = (
-            self.per_step_s
-            + self.per_layer_s * arch.layers
-            + self.per_moe_layer_s * arch.moe_layers
-        )
+        """The serialised host time of steps over `seqs` sequences sampling `sampled` tokens."""
         r, n = np.asarray(seqs, np.float64), np.asarray(sampled, np.float64)
+        fixed = self.per_step_s + self.per_layer_s * arch.layers
         return fixed + self.per_seq_s * r + self.per_token_s * n
+
+    def overlapped(self, seqs: np.ndarray) -> np.ndarray:
+        """The host time the engine overlaps with the GPU work of steps over `seqs` sequences."""
+        return self.overlap_step_s + self.overlap_seq_s * np.asarray(seqs, np.float64)
+
+    def moe_gpu(self, arch: Arch) -> float:
+        """GPU seconds a step's MoE layers cost beyond their priced shapes."""
+        return self.per_moe_layer_s * arch.moe_layers
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """Where an engine replays CUDA graphs (docs/engine-priors.md, a and b): the sizes it
+    captures, keyed by a step's tokens (vLLM) or requests (SGLang, TensorRT-LLM). A decode or
+    verify step within the largest size runs padded up to the next captured size (a staircase);
+    a step past it, or one carrying prefill where the engine has no piecewise graphs, launches
+    every kernel from the host; in piecewise mode attention and its metadata stay on the host.
+    Launches are host time overlapped with the GPU work (the launch queue runs ahead)."""
+
+    keyed_by: str  # "tokens" or "requests"
+    sizes: tuple[int, ...]  # captured sizes, increasing
+    full_decode: bool  # a decode/verify step within the sizes replays one full graph
+    piecewise_prefill: bool  # steps carrying prefill replay piecewise graphs up to the max
+    eager_layer_s: float  # host seconds per layer launching a step without graphs
+    piecewise_layer_s: float  # host seconds per layer of a piecewise step (eager attention)
+    source: str
+
+    def __post_init__(self) -> None:
+        check_sizes(self.sizes, "capture sizes")
+        if self.keyed_by not in ("tokens", "requests"):
+            raise InputError(None, None, f"graphs keyed by {self.keyed_by!r}: tokens or requests")
+
+    def padded(self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+        """Tokens the GPU runs: a decode step within the largest size padded to the next one."""
+        n, r = np.asarray(tokens, np.float64), np.asarray(seqs, np.float64)
+        sizes = np.asarray(self.sizes, np.float64)
+        key = n if self.keyed_by == "tokens" else r
+        graphed = ~np.asarray(prefill, bool) & (key <= sizes[-1])
+        up = sizes[np.minimum(np.searchsorted(sizes, key), len(sizes) - 1)]
+        return np.where(graphed, n * up / np.maximum(key, 1.0), n)
+
+    def launches(
+        self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray, layers: int
+    ) -> np.ndarray:
+        """Host seconds per step launching what the graphs do not cover."""
+        n, r = np.asarray(tokens, np.float64), np.asarray(seqs, np.float64)
+        pre = np.asarray(prefill, bool)
+        within = (n if self.keyed_by == "tokens" else r) <= self.sizes[-1]
+        piecewise = within & (~pre if not self.full_decode else False)
+        piecewise = piecewise | (within & pre & self.piecewise_prefill)
+        eager = ~within | (pre & ~piecewise)
+        per_layer = np.where(eager, self.eager_layer_s, 0.0)
+        return layers * np.where(piecewise, self.piecewise_layer_s, per_layer)
+
+
+def check_sizes(sizes: tuple[int, ...], what: str) -> tuple[int, ...]:
+    """`sizes` as positive integers in increasing order (InputError naming `what` otherwise)."""
+    ok = bool(sizes) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes
+    )
+    if not ok or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+        raise InputError(
+            None, None, f"{what} must be positive integers in increasing order, got {list(sizes)}"
+        )
+    return sizes
 
 
 @dataclass(frozen=True)
 class SpecRound:
     """An engine's speculative machinery per round, beyond the target's verify pass and the
-    drafter's passes (rejection sampling, proposer state, variable-length metadata, host syncs
-    between drafter passes): fixed per round plus per drafter pass (an engine preset's terms,
-    `dsim/hardware/round_fit.py`)."""
+    drafter's GPU work (`dsim/hardware/round_fit.py`): per round (rejection sampling, input
+    preparation, the host work the engine stops overlapping while it speculates) and the host
+    time of one proposer step, the floor under every drafter pass (a pass costs the longer of
+    its GPU work and that host time: small drafters are host-bound)."""
 
     per_round_s: float = 0.0
-    per_pass_s: float = 0.0
+    host_pass_s: float = 0.0
 
     def scaled(self, factor: float) -> SpecRound:
         """Both terms times `factor` (`--overhead-scale`)."""
         return SpecRound(*(factor * v for v in astuple(self)))
 
-    def seconds(self, passes: int) -> float:
-        """The cost of one round whose drafter makes `passes` passes."""
-        return self.per_round_s + self.per_pass_s * passes
+    def pass_seconds(self, gpu_s: Any) -> Any:
+        """One drafter pass whose GPU work takes `gpu_s` (seconds, or an array of them): the
+        one rule that prices a pass."""
+        if isinstance(gpu_s, np.ndarray):
+            return np.maximum(gpu_s, self.host_pass_s)
+        return max(float(gpu_s), self.host_pass_s)
 
 
 class AllReduce:
@@ -278,10 +355,50 @@ def step_time(
     seqs: np.ndarray,
     context: np.ndarray,
     prefill: np.ndarray,
+    graphs: Graphs | None = None,
 ) -> np.ndarray:
-    """Seconds of one step: the sum of `step_parts` plus the engine's step overhead."""
-    parts = step_parts(arch, par, gpu, fit, allreduce, tokens, seqs, context, prefill)
-    return sum(parts.values()) + overhead.seconds(arch, seqs, sampled_tokens(tokens, seqs, prefill))
+    """Seconds of one step: max(GPU work, overlapped host time) + serialised host time
+    (`step_costs` has the parts)."""
+    costs = step_costs(
+        arch, par, gpu, fit, allreduce, overhead, tokens, seqs, context, prefill, graphs
+    )
+    return np.maximum(costs["gpu"], costs["host_overlapped"]) + costs["host_serialised"]
+
+
+def step_costs(
+    arch: Arch,
+    par: Parallel,
+    gpu: Gpu,
+    fit: KernelFit,
+    allreduce: AllReduce,
+    overhead: StepOverhead,
+    tokens: np.ndarray,
+    seqs: np.ndarray,
+    context: np.ndarray,
+    prefill: np.ndarray,
+    graphs: Graphs | None = None,
+) -> dict[str, np.ndarray]:
+    """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run, the MoE
+    shortfall included) and its `padding` share; `host_overlapped` (the engine's overlapped
+    host time plus the launches graphs do not cover) and `launches`; `host_serialised`."""
+    n = np.asarray(tokens, np.float64)
+    run = n if graphs is None else graphs.padded(n, seqs, prefill)
+    gpu_s = sum(step_parts(arch, par, gpu, fit, allreduce, run, seqs, context, prefill).values())
+    gpu_s = gpu_s + overhead.moe_gpu(arch)
+    padding = np.zeros_like(gpu_s)
+    if graphs is not None:
+        bare = sum(step_parts(arch, par, gpu, fit, allreduce, n, seqs, context, prefill).values())
+        padding = gpu_s - bare - overhead.moe_gpu(arch)
+    launches = (
+        np.zeros_like(gpu_s) if graphs is None else graphs.launches(n, seqs, prefill, arch.layers)
+    )
+    return {
+        "gpu": gpu_s,
+        "padding": padding,
+        "host_overlapped": overhead.overlapped(seqs) + launches,
+        "launches": launches,
+        "host_serialised": overhead.seconds(arch, seqs, sampled_tokens(n, seqs, prefill)),
+    }
 
 
 def sampled_tokens(tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray:

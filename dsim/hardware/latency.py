@@ -45,6 +45,7 @@ import pandas as pd
 from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
+from dsim.hardware.gpu_model import SpecRound
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
@@ -147,28 +148,38 @@ def engine_label(path: str | Path) -> str:
     return str(engine["name"]) + ("" if scale == 1 else f" x {scale:g}")
 
 
-def spec_costs(path: str | Path, sidecar: dict | None = None) -> tuple[tuple[float, float], float]:
-    """An estimate's engine speculative costs from its sidecar (read here unless given):
-    ((per_round_s, per_pass_s), ragged penalty); zeros where the sidecar records none (a
-    measurement, an older estimate, `vllm-2023`), so those profiles run as before."""
+def spec_costs(path: str | Path, sidecar: dict | None = None) -> tuple[SpecRound, float]:
+    """An estimate's engine speculative costs from its sidecar (read here unless given): the
+    round's terms and the ragged verify penalty; zeros where the sidecar records none (a
+    measurement, `vllm-2023`), so those profiles run as before. An estimate whose round terms
+    predate the host time per proposer step (a non-zero per-pass constant, which meant another
+    thing) is refused: regenerate it."""
     engine = (profile_metadata(path) if sidecar is None else sidecar).get("engine")
     if not isinstance(engine, dict):
-        return (0.0, 0.0), 0.0
+        return SpecRound(), 0.0
     side = Path(path).with_suffix(".json")
     spec = engine.get("spec_round", {})
     terms = spec.get("terms_s", {}) if isinstance(spec, dict) else None
+    old = isinstance(terms, dict) and terms.get("per_pass_s", 0) != 0
+    if old and "host_pass_s" not in terms:
+        raise InputError(
+            side,
+            None,
+            "engine spec_round: per_pass_s is an older dsim's round "
+            "term; regenerate the estimate with `dsim profile --roofline`",
+        )
     ragged = engine.get("ragged", {})
     penalty = ragged.get("penalty", 0.0) if isinstance(ragged, dict) else None
     values = [
         terms.get(k, 0.0) if isinstance(terms, dict) else None
-        for k in ("per_round_s", "per_pass_s")
+        for k in ("per_round_s", "host_pass_s")
     ]
     for name, v in zip(
-        ("per_round_s", "per_pass_s", "ragged penalty"), [*values, penalty], strict=True
+        ("per_round_s", "host_pass_s", "ragged penalty"), [*values, penalty], strict=True
     ):
         if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < np.inf):
             raise InputError(side, None, f"engine {name}: expected a number >= 0, got {v!r}")
-    return (float(values[0]), float(values[1])), float(penalty)
+    return SpecRound(float(values[0]), float(values[1])), float(penalty)
 
 
 def gpu_figures(sidecar: dict[str, Any], replicas: int, throughput_tok_s: float) -> dict[str, Any]:

@@ -22,19 +22,25 @@ from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
 from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine
-from dsim.hardware.gpu_model import Gpu, get_gpu, sampled_tokens, step_parts, step_time
+from dsim.hardware.gpu_model import StepOverhead, get_gpu
 from dsim.hardware.latency import write_profile
+from dsim.hardware.pricing import Pricing, pricing
 
 FORMULA = (
-    "step = sum over layers [linear ops: kernel + (t_c^p + t_m^p)^(1/p); elementwise ops: "
-    "elem_kernel + bytes/(elem_bw_frac*W); attention (modelled): same soft roofline over KV "
-    "bytes and score/value flops; 2 all-reduces of B*hidden*2 bytes (measured NCCL table)] + "
-    "LM head on the tokens needing logits + overhead_scale * engine terms (per_step_s + "
-    "per_layer_s*layers + per_moe_layer_s*moe_layers + per_seq_s*R + per_token_s*sampled "
-    "tokens); t_c = flops/(flop_frac*F), t_m = bytes/(bw_frac*W). Not in the rows, applied by "
-    "the run from engine.spec_round and engine.ragged: a drafting round adds per_round_s + "
-    "per_pass_s*drafter passes; a decode-only step whose requests verify different lengths "
-    "pays (1 + ragged penalty) x its target pass"
+    "step = max(GPU work, overlapped host time) + serialised host time. GPU work = sum over "
+    "layers [linear ops: kernel + (t_c^p + t_m^p)^(1/p); elementwise ops: elem_kernel + "
+    "bytes/(elem_bw_frac*W); attention (modelled): same soft roofline over KV bytes and "
+    "score/value flops; 2 all-reduces of B*hidden*2 bytes (the engine's custom one-shot/"
+    "two-shot kernel below 8 MiB, the measured NCCL table above)] + LM head on the tokens "
+    "needing logits + per_moe_layer_s*moe_layers, at the tokens the engine's CUDA graphs run "
+    "(a decode step padded to the next captured size); t_c = flops/(flop_frac*F), t_m = "
+    "bytes/(bw_frac*W). Overlapped host = overhead_scale * (overlap_step_s + overlap_seq_s*R) "
+    "+ launches the graphs do not cover (per layer: eager past the largest size, attention in "
+    "piecewise mode). Serialised host = overhead_scale * (per_step_s + per_layer_s*layers + "
+    "per_seq_s*R + per_token_s*sampled tokens). Not in the rows, applied by the run from "
+    "engine.spec_round and engine.ragged: a drafting round adds per_round_s and prices each "
+    "drafter pass at max(its work, host_pass_s); a decode-only step whose requests verify "
+    "different lengths pays (1 + ragged penalty) x its target pass"
 )
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
 SEQS = tuple(2**i for i in range(10))  # 1..512
@@ -114,11 +120,19 @@ def _check_weights_fit(model: str, gpu: str, spec, weights: float) -> None:
         )
 
 
-def _breakdown(arch, par: Parallel, spec, cal, overhead) -> dict[str, dict[str, float]]:
-    """Milliseconds of each part of the step at the named BREAKDOWN points (the sidecar's)."""
+def _breakdown(price: Pricing, overhead: StepOverhead) -> dict[str, dict[str, float]]:
+    """Milliseconds of each part of the step at the named BREAKDOWN points (the sidecar's):
+    the operators' GPU work, the graphs' padding, the MoE shortfall, the host time overlapped
+    (launches included) and serialised, and the step."""
     label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
-    parts = step_parts(arch, par, spec, cal.kernels, cal.allreduce, n, r, c, pre)
-    parts["step_overhead"] = overhead.seconds(arch, r, sampled_tokens(n, r, pre))
+    parts = price.parts(n, r, c, pre)
+    costs = price.costs(overhead, n, r, c, pre)
+    parts["moe_shortfall"] = costs["gpu"] - costs["padding"] - sum(parts.values())
+    parts["padding"] = costs["padding"]
+    parts["host_overlapped"] = costs["host_overlapped"]
+    parts["launches"] = costs["launches"]
+    parts["host_serialised"] = costs["host_serialised"]
+    parts["step"] = price.step(overhead, n, r, c, pre)
     return {
         str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
         for i, name in enumerate(label)
@@ -159,18 +173,13 @@ def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
 
 
 def grid_contexts(
-    contexts: tuple[int, ...] | list[int] | None,
-    gpu: str,
-    model: str,
-    arch: Arch,
-    par: Parallel,
-    spec: Gpu,
+    contexts: tuple[int, ...] | list[int] | None, model: str, price: Pricing
 ) -> tuple[int, ...]:
     """The grid's KV contexts: the given ones, each within the model's maximum position and
     the KV one sequence can hold in the replica's memory (a longer one is refused: no engine
     serves it); by default CONTEXTS up to those limits (docs/design.md, Input limits)."""
+    arch, par, spec = price.arch, price.par, price.gpu
     weights = weight_bytes_per_gpu(arch, par)
-    _check_weights_fit(model, gpu, spec, weights)
     usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes - weights
     capacity = int(usable // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
     position = zoo.max_position(model)
@@ -197,9 +206,10 @@ def estimate_inputs(
     overhead_scale: float,
     engine: str,
     kv_dtype: str,
-) -> tuple[Engine, Gpu, Arch, Parallel]:
-    """An estimate's engine preset, GPU, model and parallelism, each read and checked once
-    (the target's and the drafter's estimates alike)."""
+) -> tuple[Engine, Pricing]:
+    """An estimate's engine preset and pricing (GPU, model, parallelism, the engine's
+    collectives and graphs), each read and checked once (the target's and the drafter's
+    estimates alike)."""
     preset = get_engine(engine, gpu.lower())
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
     par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
@@ -216,7 +226,9 @@ def estimate_inputs(
             f"--tp {', '.join(map(str, [1, *sorted(measured)]))}",
         )
     check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
-    return preset, spec, arch, par
+    _check_weights_fit(model, gpu, spec, weight_bytes_per_gpu(arch, par))
+    price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs)
+    return preset, price
 
 
 def roofline_profile(
@@ -231,21 +243,14 @@ def roofline_profile(
     kv_dtype: str = "bf16",
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
-    preset, spec, arch, par = estimate_inputs(
-        gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype
-    )
-    contexts = grid_contexts(contexts, gpu, model, arch, par, spec)
+    preset, price = estimate_inputs(gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype)
+    arch, par, spec = price.arch, price.par, price.gpu
+    contexts = grid_contexts(contexts, model, price)
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
-    cal = gpu_fit.calibration(spec)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
-    seconds = step_time(
-        arch,
-        par,
-        spec,
-        cal.kernels,
-        cal.allreduce,
+    seconds = price.step(
         overhead,
         df["batch_tokens"].to_numpy(np.float64),
         df["num_seqs"].to_numpy(np.float64),
@@ -253,7 +258,7 @@ def roofline_profile(
         (df["phase"] == "prefill").to_numpy(),
     )
     df["latency_ms"] = seconds * 1e3
-    breakdown = _breakdown(arch, par, spec, cal, overhead)
+    breakdown = _breakdown(price, overhead)
     device = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
     df = df.assign(device=device, model=model, dtype=par.dtype)[list(COLUMNS)]
     over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))

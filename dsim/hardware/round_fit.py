@@ -1,186 +1,311 @@
-"""Fitting the speculative round cost on the published speculative runs (profiles/README.md,
-Engine presets; the rules: docs/round-fit-rules.md).
+"""Fitting the speculative round's engine terms on published speculative runs (the rules:
+docs/engine-v2-rules.md; the ratio reading: docs/round-fit-rules.md).
 
-A speculative round costs the target's verify pass, the drafter's passes (both priced by the GPU
-model with the engine's step terms) and the engine's speculative machinery beyond them,
-`per_round + per_pass x passes` (`SpecRound`). Each row is read as a ratio against its own
-source's plain run: T_round = (accepted length / speed-up) x the modelled plain step, so the
-setup's absolute step error cancels. The terms are fitted by non-negative least squares on
-relative error; leave one row out predicts each row's speed-up from the other two.
+A round costs the target's verify step (the engine's plain step model at R x V tokens), the
+drafter's passes, each the longer of its GPU work (`draft_roofline`, the one owner of a pass's
+GPU work) and the engine's host time per proposer step (`SpecRound.pass_seconds`), one small
+all-reduce that keeps the ranks' accepted tokens in step, and `per_round` (rejection sampling,
+input preparation, the host work the engine stops overlapping while it speculates). Every
+engine runs K drafter passes for K draft tokens, the first over every verify position (vLLM's
+padded drafter batch; SGLang's draft-extend and TensorRT-LLM's first MTP call over the
+accepted tokens, padded to 1 + K), the others over one token per request (a tree's top-k).
+
+A row is read as a ratio against its own source's plain run where one exists: the measured
+round is (AL / S) x the modelled plain step, so the setup's absolute step error cancels; E126
+has no plain run and gives its round directly (TPOT at AL 1). The host time per proposer step
+is found on a grid (it enters through a max) and per_round by non-negative least squares at
+each grid point, on relative error weighted by each row's noise. Deterministic.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import cache
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
-from dsim.hardware import engine_fit, gpu_fit, zoo
-from dsim.hardware.arch import DRAFT_VOCAB, Parallel
-from dsim.hardware.gpu_model import GPUS, SpecRound, StepOverhead, step_time
+from dsim.hardware import draft_pass, engine_fit, gpu_fit
+from dsim.hardware.gpu_model import SpecRound
+
+HOST_GRID = np.arange(0.0, 5e-3 + 1e-9, 5e-6)  # host per proposer step searched, 0..5 ms
+SOURCES = {
+    "sglang": "fitted on SGLang's EAGLE-3 tree (P18), MTP (P19-P20) and 8B EAGLE chain "
+    "(E3-E5) rows (docs/engine-v2-rules.md)",
+    "vllm-0.8": "host per proposer step fitted on vLLM's EAGLE row at AL 1 (E126, K = 3 "
+    "assumed); per_round SGLang's (one row cannot separate the two)",
+}
 
 
 @dataclass(frozen=True)
 class SpecRow:
-    """One speculative row as the rules read it (docs/round-fit-rules.md, the table)."""
+    """One speculative row as the rules read it."""
 
-    row: int
-    label: str
-    model: str
-    gpu: str
-    tp: int
-    dtype: str
+    name: str
+    source: str
+    version: str  # the engine version whose terms it informs
+    setup: str  # engine_fit.SETUPS key
+    draft_model: str  # draft_pass.DRAFT_MODELS key
     seqs: int
     context: float
-    verify_per_seq: int  # tokens each sequence verifies in the round
+    verify_per_seq: int  # tokens each request verifies in the round
     passes: int  # drafter passes per round
-    pass_per_seq: int  # tokens per sequence in each drafter pass
+    first_per_seq: int  # tokens per request of the first pass
+    rest_per_seq: int  # tokens per request of each later pass
     accept_len: float  # tokens emitted per round per request (bonus token included)
-    speedup: float  # speculative tok/s over the same source's plain tok/s
+    speedup: float  # speculative tok/s over the same source's plain tok/s (nan: absolute)
+    round_s: float  # the measured round where no plain run exists (nan: ratio reading)
+    noise: float
+
+
+NAN = float("nan")
+
+
+def chain(
+    name: str,
+    source: str,
+    version: str,
+    setup: str,
+    draft: str,
+    seqs: int,
+    context: float,
+    k: int,
+    accept_len: float,
+    speedup: float = NAN,
+    round_s: float = NAN,
+    noise: float = 0.05,
+) -> SpecRow:
+    """A chain of K drafts: verify 1 + K tokens per request, K passes, the first over all."""
+    return SpecRow(
+        name,
+        source,
+        version,
+        setup,
+        draft,
+        seqs,
+        context,
+        1 + k,
+        k,
+        1 + k,
+        1,
+        accept_len,
+        speedup,
+        round_s,
+        noise,
+    )
 
 
 def spec_rows() -> list[SpecRow]:
-    """Rows 18-20 of the data, read as the rules say (lengths and speeds from the CSV)."""
-    raw = engine_fit.raw_rows()
-    plain_eagle = float(raw.iloc[17]["output_tok_s"])
-    lmsys_plain = 51.0  # the LMSYS blog's baseline, per rank (notes of rows 19-20)
-    eagle = raw.iloc[18]
+    """P18-P20, E3-E5 and E126 as the rules and their addendum read them."""
+    raw, ev = engine_fit.raw_rows(), engine_fit.eval_rows()
+    mtb = float(engine_fit.MTBENCH_CONTEXT)
+    tree = raw.iloc[18]  # 8 steps, top-8, 64 draft tokens verified per request
+    speedup = float(tree["output_tok_s"]) / float(raw.iloc[17]["output_tok_s"])
     out = [
         SpecRow(
-            18,
-            "SGLang EAGLE-3 tree, Llama-3.3-70B, 8x H100, batch 1",
-            "llama3.3-70b",
-            "h100",
-            8,
-            "bf16",
+            "P18",
+            "SGLang PR",
+            "sglang",
+            "pr",
+            "eagle3",
             1,
-            float(engine_fit.MTBENCH_CONTEXT),
+            mtb,
             64,
             8,
             8,
-            float(eagle["mean_accept_len"]),
-            float(eagle["output_tok_s"]) / plain_eagle,
+            8,
+            float(tree["mean_accept_len"]),
+            speedup,
+            NAN,
+            0.05,
         )
     ]
-    for i in (19, 20):
+    for i in (19, 20):  # against the LMSYS blog's plain baseline, 51.0 tok/s per rank
         row = raw.iloc[i]
-        k = int(row["num_spec_tokens"])
+        context = float(row["input_len"]) + float(row["output_len"]) / 2
         out.append(
-            SpecRow(
-                i,
-                f"SGLang MTP {k} drafts, DeepSeek-V3, 2 per rank",
-                "deepseek-v3",
-                "h200",
-                8,
-                "fp8",
+            chain(
+                f"P{i}",
+                "LMSYS blog",
+                "sglang",
+                "deepseek",
+                "mtp",
                 2,
-                float(row["input_len"]) + float(row["output_len"]) / 2,
-                1 + k,
-                k,
-                1,
+                context,
+                int(row["num_spec_tokens"]),
                 float(row["mean_accept_len"]),
-                float(row["output_tok_s"]) / lmsys_plain,
+                float(row["output_tok_s"]) / 51.0,
             )
         )
+    plain = float(ev[0]["output_tok_s"])
+    for i, draft in ((3, "eagle3"), (4, "eagle3"), (5, "eagle")):
+        row = ev[i]
+        out.append(
+            chain(
+                f"E{i}",
+                "SGLang PR #4247",
+                "sglang",
+                "docs",
+                draft,
+                1,
+                mtb,
+                int(row["num_spec_tokens"]),
+                float(row["mean_accept_len"]),
+                float(row["output_tok_s"]) / plain,
+                noise=0.10,
+            )
+        )
+    context = (9568 + 21269 / 2) / 100  # E126's total input and output tokens over 100
+    round_s = float(ev[126]["mean_tpot_ms"]) / 1e3  # AL 1: a round per token
+    out.append(
+        chain(
+            "E126",
+            "vLLM PR #21477",
+            "vllm-0.8",
+            "docs",
+            "eagle",
+            2,
+            context,
+            3,
+            1.0,
+            round_s=round_s,
+            noise=0.10,
+        )
+    )  # K = 3: addendum 3
     return out
 
 
-def drafter_arch(row: SpecRow):
-    """One drafter pass's shape: EAGLE-3 one target layer with its 32k head; MTP one MoE layer
-    of the target with the shared head (docs/round-fit-rules.md, Drafter passes)."""
-    arch = zoo.load_arch(row.model)
-    if arch.moe:
-        return replace(arch, name=arch.name + "-mtp", layers=1, dense_layers=0)
-    return replace(arch, name=arch.name + "-eagle3", layers=1, vocab=DRAFT_VOCAB)
+def _step(row: SpecRow, tokens: float) -> float:
+    """The engine version's plain step over `tokens` tokens of the row's requests."""
+    price = engine_fit.setup_pricing(row.setup, row.version)
+    one = [np.array([float(v)]) for v in (tokens, row.seqs, row.context)]
+    return float(price.step(engine_fit.presets()[row.version], *one, np.array([False]))[0])
 
 
-def _seconds(arch, row: SpecRow, tokens: float, terms: StepOverhead) -> float:
-    spec = GPUS[row.gpu]
-    cal = gpu_fit.calibration(spec)
+def _pass_gpu(row: SpecRow, per_seq: int) -> float:
+    """GPU seconds of one drafter pass over `per_seq` tokens of each request."""
+    price = engine_fit.setup_pricing(row.setup, row.version)
+    terms = draft_pass.drafter_terms(engine_fit.presets()[row.version], 1.0)
+    draft = draft_pass.get_draft_model(row.draft_model)
+    n = np.array([float(row.seqs * per_seq)])
     return float(
-        step_time(
-            arch,
-            Parallel(tp=row.tp, dtype=row.dtype),
-            spec,
-            cal.kernels,
-            cal.allreduce,
-            terms,
-            np.array([float(tokens)]),
-            np.array([float(row.seqs)]),
-            np.array([row.context]),
-            np.array([False]),
+        draft_pass.pass_gpu(
+            draft, price, terms, n, np.array([float(row.seqs)]), np.array([row.context])
         )[0]
     )
 
 
+def _sync(row: SpecRow) -> float:
+    """One all-reduce of the round's accepted tokens (int64 per request) across the ranks."""
+    price = engine_fit.setup_pricing(row.setup, row.version)
+    return float(price.reduce.time(np.array([8.0 * row.seqs]), price.par.tp)[0])
+
+
 @cache
 def round_table() -> pd.DataFrame:
-    """Per row: the modelled plain step, verify pass and drafter passes, and the measured round."""
-    terms = engine_fit.presets()["sglang"]
+    """Per row: the modelled plain step, verify step, drafter passes' GPU work, sync and the
+    measured round."""
     out = []
     for row in spec_rows():
-        arch = zoo.load_arch(row.model)
-        plain = _seconds(arch, row, row.seqs, terms)
-        verify = _seconds(arch, row, row.seqs * row.verify_per_seq, terms)
-        one_pass = _seconds(drafter_arch(row), row, row.seqs * row.pass_per_seq, terms)
+        plain = _step(row, row.seqs)
+        measured = row.round_s if np.isnan(row.speedup) else row.accept_len / row.speedup * plain
         out.append(
             asdict(row)
             | {
                 "plain_s": plain,
-                "verify_s": verify,
-                "draft_s": row.passes * one_pass,
-                "measured_round_s": row.accept_len / row.speedup * plain,
+                "verify_s": _step(row, row.seqs * row.verify_per_seq),
+                "first_pass_gpu_s": _pass_gpu(row, row.first_per_seq),
+                "rest_pass_gpu_s": _pass_gpu(row, row.rest_per_seq),
+                "sync_s": _sync(row),
+                "measured_round_s": measured,
             }
         )
     return pd.DataFrame(out)
 
 
-def fit_terms(rows: pd.DataFrame) -> SpecRound:
-    """Non-negative [per_round, per_pass] on relative error of the measured round."""
+def predict_round(rows: pd.DataFrame, terms: SpecRound) -> np.ndarray:
+    """The modelled round of each row under `terms`."""
+    first = terms.pass_seconds(rows["first_pass_gpu_s"].to_numpy())
+    rest = terms.pass_seconds(rows["rest_pass_gpu_s"].to_numpy())
+    drafter = first + (rows["passes"].to_numpy() - 1) * rest
+    fixed = rows["verify_s"].to_numpy() + rows["sync_s"].to_numpy()
+    return fixed + drafter + terms.per_round_s
+
+
+def fit_terms(rows: pd.DataFrame, per_round: float | None = None) -> SpecRound:
+    """The host per proposer step (grid) and per_round (non-negative, closed form at each
+    grid point; fixed where `per_round` is given) minimising noise-weighted relative error."""
     meas = rows["measured_round_s"].to_numpy()
-    gap = meas - rows["verify_s"].to_numpy() - rows["draft_s"].to_numpy()
-    design = np.column_stack([np.ones(len(rows)), rows["passes"].to_numpy(np.float64)])
-    terms, _ = nnls(design / meas[:, None], gap / meas)
-    return SpecRound(float(terms[0]), float(terms[1]))
+    weight = 1.0 / (meas * rows["noise"].to_numpy())
+    best, best_terms = np.inf, SpecRound()
+    for host in HOST_GRID:
+        base = predict_round(rows, SpecRound(0.0, float(host)))
+        if per_round is None:
+            gap = (meas - base) * weight
+            fixed = max(float(np.sum(gap * weight) / np.sum(weight * weight)), 0.0)
+        else:
+            fixed = per_round
+        loss = float(np.sum(((base + fixed - meas) * weight) ** 2))
+        if loss < best - 1e-15:
+            best, best_terms = loss, SpecRound(fixed, float(host))
+    return best_terms
 
 
-def predict_speedup(rows: pd.DataFrame, terms: SpecRound) -> np.ndarray:
-    """AL x T_plain / T_round under `terms`."""
-    cost = terms.per_round_s + terms.per_pass_s * rows["passes"].to_numpy(np.float64)
-    total = rows["verify_s"].to_numpy() + rows["draft_s"].to_numpy() + cost
-    return rows["accept_len"].to_numpy() * rows["plain_s"].to_numpy() / total
+def _fit_all(table: pd.DataFrame) -> dict[str, SpecRound]:
+    """SGLang's terms on its rows; vLLM's host per proposer step on its rows at SGLang's
+    per_round (SGLang's terms where a fold leaves vLLM none)."""
+    sglang = fit_terms(table[table["version"] == "sglang"])
+    own = table[table["version"] == "vllm-0.8"]
+    vllm = fit_terms(own, per_round=sglang.per_round_s) if len(own) else sglang
+    return {"sglang": sglang, "vllm-0.8": vllm}
+
+
+def predict_speedup(rows: pd.DataFrame, terms: dict[str, SpecRound]) -> np.ndarray:
+    """AL x plain / round for ratio rows; predicted over measured round for absolute rows
+    (E126), so against 1 its error is the round's."""
+    out = np.empty(len(rows))
+    for pos, (_, row) in enumerate(rows.iterrows()):
+        pred = float(predict_round(rows.iloc[[pos]], terms[row["version"]])[0])
+        out[pos] = (
+            pred / row["measured_round_s"]
+            if np.isnan(row["speedup"])
+            else (row["accept_len"] * row["plain_s"] / pred)
+        )
+    return out
 
 
 @cache
-def spec_round() -> SpecRound:
-    """The shipped SGLang terms: fitted on every speculative row."""
-    return fit_terms(round_table())
+def spec_rounds() -> dict[str, SpecRound]:
+    """The shipped terms per engine version: fitted on every speculative row."""
+    return _fit_all(round_table())
 
 
 @cache
 def leave_one_out() -> dict:
-    """Each row's speed-up predicted by the terms refitted on the other rows."""
+    """Each source's rows predicted by the terms refitted without it (speed-up error, or for
+    E126 the round's)."""
     table = round_table()
     rows = []
-    in_sample = predict_speedup(table, spec_round())
-    for pos in range(len(table)):
-        terms = fit_terms(table.drop(index=table.index[pos]))
-        pred = float(predict_speedup(table.iloc[[pos]], terms)[0])
-        meas = float(table["speedup"].iloc[pos])
-        rows.append(
-            {
-                "row": int(table["row"].iloc[pos]),
-                "label": str(table["label"].iloc[pos]),
-                "measured_speedup": round(meas, 4),
-                "predicted_speedup": round(pred, 4),
-                "error": round(pred / meas - 1.0, 4),
-                "in_sample_error": round(float(in_sample[pos]) / meas - 1.0, 4),
-                "fold_terms_s": asdict(terms),
-            }
-        )
+    in_sample = predict_speedup(table, spec_rounds())
+    for source in dict.fromkeys(table["source"]):
+        test = (table["source"] == source).to_numpy()
+        terms = _fit_all(table[~test])
+        pred = predict_speedup(table[test], terms)
+        for pos, (_, row) in enumerate(table[test].iterrows()):
+            meas = 1.0 if np.isnan(row["speedup"]) else row["speedup"]
+            full = in_sample[np.flatnonzero(test)[pos]]
+            rows.append(
+                {
+                    "row": row["name"],
+                    "source": source,
+                    "reading": "round" if np.isnan(row["speedup"]) else "speed-up",
+                    "measured": round(float(meas), 4),
+                    "predicted": round(float(pred[pos]), 4),
+                    "error": round(float(pred[pos] / meas - 1.0), 4),
+                    "in_sample_error": round(float(full / meas - 1.0), 4),
+                    "fold_terms_s": {k: asdict(v) for k, v in terms.items()},
+                }
+            )
     errors = np.array([r["error"] for r in rows])
     return {"rows": rows, "summary": gpu_fit.error_summary(errors)}
 
@@ -188,8 +313,13 @@ def leave_one_out() -> dict:
 def record() -> dict:
     """What a sidecar records about the round-cost fit."""
     return {
-        "rules": "docs/round-fit-rules.md",
-        "rows": [int(r) for r in round_table()["row"]],
-        "terms_s": asdict(spec_round()),
-        "leave_one_out": leave_one_out(),
+        "rules": "docs/engine-v2-rules.md",
+        "rows": [str(r) for r in round_table()["name"]],
+        "terms_s": {k: asdict(v) for k, v in spec_rounds().items()},
+        "leave_one_out": {
+            "rows": [
+                {k: v for k, v in r.items() if k != "fold_terms_s"} for r in leave_one_out()["rows"]
+            ],
+            "summary": leave_one_out()["summary"],
+        },
     }

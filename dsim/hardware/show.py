@@ -26,6 +26,7 @@ from rich.text import Text
 
 from dsim.fileio import check_output_file, write_png
 from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
+from dsim.hardware.show_engine import engine_parts
 from dsim.report import figure
 
 KNEE_RATIO = 1.2
@@ -110,7 +111,8 @@ def knee_table(per_curve: dict[Any, pd.DataFrame]) -> Group:
 
 def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) -> Group:
     """What `dsim profile show` prints: a header naming the profile and how the step-time
-    model reads it, a latency table per phase, and the knees."""
+    model reads it, a latency table per phase, the knees, and for an estimate the engine's
+    step and round parts and priors (`show_engine`)."""
     kind = "ESTIMATE" if meta.get("estimate") else "measured"
     where = meta.get("device") or meta.get("gpu", "?")
     head = f"{path.name} ({kind}: {where}, {meta.get('model', '?')}, {meta.get('dtype', '?')})"
@@ -119,7 +121,8 @@ def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) 
     knees = knee_table(curves(df, model.verify.r_dependent))
     gap = Text("")
     parts = [Text(head, style="bold"), Text(f"model: {model.describe()}")]
-    return Group(*parts, *(x for t in (*tables, knees) for x in (gap, t)))
+    shown = (*tables, knees, *engine_parts(meta, model))
+    return Group(*parts, *(x for t in shown for x in (gap, t)))
 
 
 def _shown_contexts(contexts: list[int]) -> list[int]:

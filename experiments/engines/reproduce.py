@@ -25,7 +25,7 @@ NIM = "NVIDIA NIM for LLMs (llama-3.3-70b-instruct container)"
 # engine column -> (preset, profile's gpu, model, tp, dtype); the scheduling (step token
 # budget, prefill mixing) and the KV budget are the profile engine's defaults
 ENGINE = {
-    "vLLM": ("vllm", ("h200", "deepseek-v3", 8, "fp8")),
+    "vLLM": ("vllm-0.8", ("h200", "deepseek-v3", 8, "fp8")),
     "SGLang": ("sglang", ("h200", "deepseek-v3", 8, "fp8")),
     NIM: ("trtllm", ("h100", "llama3.3-70b", 2, "fp8")),
 }
@@ -101,7 +101,7 @@ def main() -> None:
             row = raw.iloc[i]
             preset = ENGINE[row["engine"]][0]
             sim = run_row(row, profiles[row["engine"]])
-            group = "fit" if i in engine_fit.ROWS else "long"
+            group = "fit" if i in engine_fit.P_ROWS else "long"
             pub = published(row)
             cells = []
             for key in ("itl", "tok_s", "ttft"):

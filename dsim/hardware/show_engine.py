@@ -1,0 +1,111 @@
+"""`dsim profile show`'s engine part: what an estimate's engine adds to a step and to a round, in
+parts, and each prior with its source and range (docs/design.md, Engine presets). A measured
+profile, or an estimate whose sidecar has no engine entry, shows nothing here."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from dsim.hardware.latency import LatencyModel
+from dsim.report import figure
+
+OPERATORS = ("linear", "elementwise", "attention", "lm_head")
+STEP_COLUMNS = (
+    ("operators", OPERATORS),
+    ("all-reduce", ("allreduce",)),
+    ("padding", ("padding",)),
+    ("MoE", ("moe_shortfall",)),
+    ("host overlapped", ("host_overlapped",)),
+    ("host serialised", ("host_serialised",)),
+    ("step", ("step",)),
+)
+ROUND_SHAPES = ((1, 3), (32, 3), (128, 3))  # (R, K) at context 2048
+ROUND_CONTEXT = 2048
+
+
+def _table(heading: str, columns: list[str]) -> tuple[Group, Table]:
+    table = Table(box=None, padding=(0, 0, 0, 1), pad_edge=False, header_style="bold")
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    return Group(Text(heading, style="italic"), table), table
+
+
+def step_parts(meta: dict) -> Group | None:
+    """The step's parts (ms) at the sidecar's named shapes; None without a v2 breakdown."""
+    points = meta.get("breakdown_ms")
+    if not isinstance(points, dict) or not all("step" in p for p in points.values()):
+        return None
+    shown, table = _table(
+        "a step's parts (ms): step = max(GPU work, overlapped host) + serialised host; GPU "
+        "work = operators + all-reduce + padding + MoE (overlapped host includes launches)",
+        ["shape", *(name for name, _ in STEP_COLUMNS)],
+    )
+    for label, parts in points.items():
+        cells = [figure(sum(float(parts.get(k, 0.0)) for k in keys)) for _, keys in STEP_COLUMNS]
+        table.add_row(label, *cells)
+    return shown
+
+
+def round_parts(meta: dict, model: LatencyModel) -> Group | None:
+    """A round's engine parts (ms) at a few shapes: the verify step (the profile's), K drafter
+    passes at their floor (the host time per proposer step: a drafter whose pass takes longer
+    pays its own time, `--draft-cost`), per_round, and what a ragged step adds."""
+    engine = meta.get("engine")
+    terms = engine.get("spec_round", {}).get("terms_s", {}) if isinstance(engine, dict) else {}
+    if "host_pass_s" not in terms:
+        return None
+    per_round, host = float(terms["per_round_s"]), float(terms["host_pass_s"])
+    penalty = float(engine.get("ragged", {}).get("penalty", 0.0))
+    shown, table = _table(
+        f"a round's engine parts (ms) at context {ROUND_CONTEXT}: K passes at least "
+        f"{figure(host * 1e3)} ms each (the host time per proposer step), per round "
+        f"{figure(per_round * 1e3)} ms, ragged penalty {penalty:g} x the verify step",
+        ["R, K", "verify step", "drafter floor", "per round", "ragged extra", "round"],
+    )
+    for r, k in ROUND_SHAPES:
+        verify = float(model.latency(r * (1 + k), r, ROUND_CONTEXT))
+        floor = k * host
+        extra = penalty * verify
+        total = verify + floor + per_round
+        cells = (verify, floor, per_round, extra, total)
+        table.add_row(f"{r}, {k}", *(figure(v * 1e3) for v in cells))
+    return shown
+
+
+def priors(meta: dict) -> Group | None:
+    """Each prior the engine's step and round rest on, with its source and range."""
+    engine = meta.get("engine")
+    if not isinstance(engine, dict) or "graphs" not in engine:
+        return None
+    lines = [Text("priors (value, range, source)", style="italic")]
+    graphs = engine["graphs"]
+    if graphs:
+        sizes = graphs["sizes"]
+        lines.append(
+            Text(
+                f"- CUDA graphs keyed by {graphs['keyed_by']}, {len(sizes)} sizes {sizes[0]}.."
+                f"{sizes[-1]}, full decode graphs: {graphs['full_decode']}; launches per layer "
+                f"without graphs {figure(graphs['eager_layer_s'] * 1e6)} us (20-150), piecewise "
+                f"{figure(graphs['piecewise_layer_s'] * 1e6)} us (5-40): {graphs['source']}"
+            )
+        )
+    else:
+        lines.append(Text("- CUDA graphs: not modelled (no padding, no launch term)"))
+    lines.append(Text(f"- collectives: {engine.get('collectives', 'NCCL')}"))
+    ragged = engine.get("ragged", {})
+    if ragged:
+        lines.append(
+            Text(
+                f"- ragged verify: mode {ragged.get('mode', '?')}, penalty {ragged['penalty']:g} "
+                f"(range {ragged['low']:g}-{ragged['high']:g}): {ragged['source']}"
+            )
+        )
+    lines.append(Text(f"- round terms: {engine.get('spec_round', {}).get('source', '?')}"))
+    return Group(*lines)
+
+
+def engine_parts(meta: dict, model: LatencyModel) -> list[Group]:
+    """The engine's tables and priors that this sidecar can show (none for a measurement)."""
+    return [g for g in (step_parts(meta), round_parts(meta, model), priors(meta)) if g is not None]

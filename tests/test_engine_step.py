@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,9 +16,10 @@ from dsim.hardware.engines import get_engine
 from dsim.hardware.gpu_model import Graphs, StepOverhead
 from dsim.hardware.graph_priors import VLLM_SIZES, graphs
 from dsim.hardware.pricing import pricing
+from dsim.hardware.roofline import roofline_profile
 
-TOKENS = Graphs("tokens", (1, 2, 4, 8, 16), True, True, 60e-6, 15e-6, "test")
-REQUESTS = Graphs("requests", (1, 2, 4, 8), True, False, 60e-6, 15e-6, "test")
+TOKENS = Graphs("tokens", (1, 2, 4, 8, 16), "full", "piecewise", 60e-6, 15e-6, "test")
+REQUESTS = Graphs("requests", (1, 2, 4, 8), "full", "eager", 60e-6, 15e-6, "test")
 NO = np.array([False])
 
 
@@ -68,12 +70,21 @@ def test_launches_by_graph_mode():
 )
 def test_capture_sizes_not_increasing_are_refused_in_one_line(sizes):
     with pytest.raises(InputError, match="capture sizes must be positive integers in increasing"):
-        Graphs("tokens", sizes, True, True, 0.0, 0.0, "test")
+        Graphs("tokens", sizes, "full", "piecewise", 0.0, 0.0, "test")
 
 
-def test_graphs_keyed_by_anything_else_are_refused():
+def test_graphs_keyed_by_anything_else_or_an_unknown_mode_are_refused():
     with pytest.raises(InputError, match="tokens or requests"):
-        Graphs("batches", (1, 2), True, True, 0.0, 0.0, "test")
+        Graphs("batches", (1, 2), "full", "piecewise", 0.0, 0.0, "test")
+    with pytest.raises(InputError, match="unknown decode graph mode 'partial'; known: full"):
+        Graphs("tokens", (1, 2), "partial", "piecewise", 0.0, 0.0, "test")
+
+
+def test_an_eager_engine_pads_nothing_and_launches_every_step():
+    eager = Graphs("tokens", (1, 2, 4), "eager", "eager", 60e-6, 15e-6, "test")
+    n = np.array([3.0, 9.0])
+    np.testing.assert_array_equal(eager.padded(n, n, np.zeros(2, bool)), n)
+    np.testing.assert_allclose(eager.launches(n, n, np.zeros(2, bool), 10), [6e-4, 6e-4])
 
 
 def test_a_step_is_max_of_gpu_and_overlapped_host_plus_serialised_host():
@@ -111,3 +122,36 @@ def test_ragged_penalty_is_paid_only_in_a_worse_graph_mode_and_is_hoppers_prior(
 def test_sglang_captures_more_on_a_bigger_gpu():
     assert graphs("sglang", "h200").sizes[-1] == 256 and graphs("sglang", "h100").sizes[-1] == 160
     assert graphs("trtllm", "h100") is None  # not modelled: NIM's graph settings unpublished
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--capture-sizes", "1,4,2"], "--capture-sizes must be positive integers in increasing"),
+        (["--capture-sizes", "1,0"], "--capture-sizes: '0' is not a positive integer"),
+        (["--graph-mode", "partial"], "--graph-mode: unknown 'partial'; known: full, piecewise"),
+        (["--engine", "vllm-0.9"], "unknown engine 'vllm-0.9'; known: vllm, vllm-0.8"),
+        (["--engine", "trtllm", "--capture-sizes", "1,2"], "engine trtllm does not model"),
+    ],
+)
+def test_bad_graph_input_is_one_line_exit_2_and_writes_nothing(
+    monkeypatch, capsys, tmp_path, args, message
+):
+    out = tmp_path / "p.csv"
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "--roofline", "h200", "--model",
+                           "qwen3-8b", *args, "--out", str(out))  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_user_capture_sizes_and_mode_price_the_step_and_are_recorded():
+    """Sizes 1,64: a 3-token decode step pads to 64; eager decode pads nothing and pays launches."""
+    small, _ = roofline_profile("h200", "qwen3-8b", [2048], engine="gpu-only")
+    padded, meta = roofline_profile("h200", "qwen3-8b", [2048], capture_sizes=(1, 64))
+    assert list(meta["engine"]["graphs"]["sizes"]) == [1, 64]
+    pick = (padded["phase"] == "verify") & (padded["num_seqs"] == 1)
+    at = dict(zip(padded.loc[pick, "batch_tokens"], padded.loc[pick, "latency_ms"], strict=True))
+    assert at[3] == at[8]  # both run as 64 tokens
+    eager, meta = roofline_profile("h200", "qwen3-8b", [2048], graph_mode="eager")
+    assert meta["engine"]["graphs"]["decode"] == "eager"
+    assert (eager["latency_ms"] >= small["latency_ms"] - 1e-9).all()

@@ -13,6 +13,7 @@ from dsim.errors import InputError
 from dsim.fileio import check_output_file
 from dsim.force_option import FORCE
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
+from dsim.hardware.gpu_model import check_sizes
 from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2
 
@@ -110,6 +111,18 @@ ENGINE = typer.Option(
     "README.md, Engine presets).",
     rich_help_panel=ESTIMATE,
 )
+CAPTURE_SIZES = typer.Option(
+    None,
+    help="The CUDA-graph sizes the engine captures (increasing, e.g. 1,2,4,8,16,32): a decode "
+    "step pads to the next one and runs eagerly past the largest (default: the preset's).",
+    rich_help_panel=ESTIMATE,
+)
+GRAPH_MODE = typer.Option(
+    None,
+    help="The graph mode of a decode or verify step: full, piecewise (attention launched from "
+    "the host) or eager (every kernel; no padding) (default: the preset's).",
+    rich_help_panel=ESTIMATE,
+)
 KV_DTYPE = typer.Option(
     "bf16", help="KV-cache dtype, bf16 or fp8 (bytes read and held).", rich_help_panel=ESTIMATE
 )
@@ -153,6 +166,8 @@ def profile(
     tp: int = TP,
     ep: int = EP,
     engine: str = ENGINE,
+    capture_sizes: str = CAPTURE_SIZES,
+    graph_mode: str = GRAPH_MODE,
     kv_dtype: str = KV_DTYPE,
     overhead_scale: float = OVERHEAD_SCALE,
     drafter: bool = DRAFTER,
@@ -175,14 +190,26 @@ def profile(
                 "pass with --draft-model eagle|eagle3|mtp|dspark",
             )  # fmt: skip
         options = dict(tp=tp, ep=ep, dtype=dtype, overhead_scale=overhead_scale, kv_dtype=kv_dtype)
+        options["capture_sizes"] = None
+        if capture_sizes is not None:
+            sizes = spec_grammar.ints(capture_sizes, "--capture-sizes")
+            options["capture_sizes"] = check_sizes(sizes, "--capture-sizes")
+        options["graph_mode"] = graph_mode
         _estimate(roofline, model, contexts, engine, out, command, options, draft_model)
         return
     if draft_model is not None:
         raise InputError(
             None, None, "--draft-model goes with --roofline GPU (a measured drafter: --drafter)"
         )
-    if engine is not None:
-        raise InputError(None, None, "--engine goes with --roofline (a measurement has no preset)")
+    for flag, value in (
+        ("--engine", engine),
+        ("--capture-sizes", capture_sizes),
+        ("--graph-mode", graph_mode),
+    ):
+        if value is not None:
+            raise InputError(
+                None, None, f"{flag} goes with --roofline (a measurement has no preset)"
+            )
     from dsim.hardware.measure import Grid
 
     grid = Grid(

@@ -86,10 +86,14 @@ def drafter_profile(
     overhead_scale: float = 1.0,
     engine: str = DEFAULT_ENGINE,
     kv_dtype: str = "bf16",
+    capture_sizes: tuple[int, ...] | None = None,
+    graph_mode: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """The drafter pass profile (standard CSV columns, verify rows) and its sidecar."""
     draft = get_draft_model(draft_model)
-    preset, price = estimate_inputs(gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype)
+    preset, price = estimate_inputs(
+        gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype, capture_sizes, graph_mode
+    )
     contexts = grid_contexts(contexts, model, price)
     terms, spec_round = (
         drafter_terms(preset.terms, overhead_scale),

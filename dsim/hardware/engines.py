@@ -14,10 +14,10 @@ deterministic and computed when first asked for, so a sidecar's numbers are alwa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from dsim.errors import InputError
-from dsim.hardware.gpu_model import Graphs, SpecRound, StepOverhead
+from dsim.hardware.gpu_model import GRAPH_MODES, Graphs, SpecRound, StepOverhead
 from dsim.hardware.graph_priors import graphs
 
 DEFAULT_ENGINE = "vllm"
@@ -261,3 +261,28 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
         custom_allreduce=True,
         spec_round_source="borrowed from sglang (this engine has no speculative row)",
     )
+
+
+def with_graphs(preset: Engine, sizes: tuple[int, ...] | None, mode: str | None) -> Engine:
+    """`preset` with the user's capture sizes and decode graph mode in place of its priors
+    (`--capture-sizes`, `--graph-mode`); refused for a preset that prices no graphs."""
+    if sizes is None and mode is None:
+        return preset
+    if preset.graphs is None:
+        raise InputError(
+            None,
+            None,
+            f"--capture-sizes and --graph-mode price CUDA graphs, which "
+            f"engine {preset.name} does not model: use vllm, vllm-0.8 or sglang",
+        )
+    if mode is not None and mode not in GRAPH_MODES:
+        raise InputError(
+            None, None, f"--graph-mode: unknown {mode!r}; known: {', '.join(GRAPH_MODES)}"
+        )
+    graphs = replace(
+        preset.graphs,
+        sizes=sizes or preset.graphs.sizes,
+        decode=mode or preset.graphs.decode,
+        source=preset.graphs.source + " (overridden: --capture-sizes/--graph-mode)",
+    )
+    return replace(preset, graphs=graphs)

@@ -111,19 +111,24 @@ class StepOverhead:
         return self.per_moe_layer_s * arch.moe_layers
 
 
+GRAPH_MODES = ("full", "piecewise", "eager")
+
+
 @dataclass(frozen=True)
 class Graphs:
     """Where an engine replays CUDA graphs (docs/engine-priors.md, a and b): the sizes it
-    captures, keyed by a step's tokens (vLLM) or requests (SGLang, TensorRT-LLM). A decode or
-    verify step within the largest size runs padded up to the next captured size (a staircase);
-    a step past it, or one carrying prefill where the engine has no piecewise graphs, launches
-    every kernel from the host; in piecewise mode attention and its metadata stay on the host.
-    Launches are host time overlapped with the GPU work (the launch queue runs ahead)."""
+    captures, keyed by a step's tokens (vLLM) or requests (SGLang), and the mode a decode or
+    verify step (`decode`) and a step carrying prefill (`prefill`) run in within the largest
+    size: `full` (one graph: no launches), `piecewise` (graph pieces, attention and its
+    metadata launched from the host) or `eager` (every kernel launched from the host). A
+    graphed decode step runs padded up to the next captured size (a staircase); past the
+    largest size a step runs eagerly, unpadded. Launches are host time overlapped with the
+    GPU work (the launch queue runs ahead)."""
 
     keyed_by: str  # "tokens" or "requests"
     sizes: tuple[int, ...]  # captured sizes, increasing
-    full_decode: bool  # a decode/verify step within the sizes replays one full graph
-    piecewise_prefill: bool  # steps carrying prefill replay piecewise graphs up to the max
+    decode: str  # full, piecewise or eager
+    prefill: str  # piecewise or eager (no engine runs prefill as one full graph here)
     eager_layer_s: float  # host seconds per layer launching a step without graphs
     piecewise_layer_s: float  # host seconds per layer of a piecewise step (eager attention)
     source: str
@@ -132,12 +137,25 @@ class Graphs:
         check_sizes(self.sizes, "capture sizes")
         if self.keyed_by not in ("tokens", "requests"):
             raise InputError(None, None, f"graphs keyed by {self.keyed_by!r}: tokens or requests")
+        for name, mode in (("decode", self.decode), ("prefill", self.prefill)):
+            if mode not in GRAPH_MODES:
+                raise InputError(
+                    None,
+                    None,
+                    f"unknown {name} graph mode {mode!r}; known: {', '.join(GRAPH_MODES)}",
+                )
+
+    def _key(self, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        return np.asarray(tokens if self.keyed_by == "tokens" else seqs, np.float64)
 
     def padded(self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray:
-        """Tokens the GPU runs: a decode step within the largest size padded to the next one."""
-        n, r = np.asarray(tokens, np.float64), np.asarray(seqs, np.float64)
+        """Tokens the GPU runs: a graphed decode step within the largest size padded to the
+        next captured size."""
+        n = np.asarray(tokens, np.float64)
+        if self.decode == "eager":
+            return n
         sizes = np.asarray(self.sizes, np.float64)
-        key = n if self.keyed_by == "tokens" else r
+        key = self._key(n, seqs)
         graphed = ~np.asarray(prefill, bool) & (key <= sizes[-1])
         up = sizes[np.minimum(np.searchsorted(sizes, key), len(sizes) - 1)]
         return np.where(graphed, n * up / np.maximum(key, 1.0), n)
@@ -146,14 +164,10 @@ class Graphs:
         self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray, layers: int
     ) -> np.ndarray:
         """Host seconds per step launching what the graphs do not cover."""
-        n, r = np.asarray(tokens, np.float64), np.asarray(seqs, np.float64)
-        pre = np.asarray(prefill, bool)
-        within = (n if self.keyed_by == "tokens" else r) <= self.sizes[-1]
-        piecewise = within & (~pre if not self.full_decode else False)
-        piecewise = piecewise | (within & pre & self.piecewise_prefill)
-        eager = ~within | (pre & ~piecewise)
-        per_layer = np.where(eager, self.eager_layer_s, 0.0)
-        return layers * np.where(piecewise, self.piecewise_layer_s, per_layer)
+        per_mode = {"full": 0.0, "piecewise": self.piecewise_layer_s, "eager": self.eager_layer_s}
+        within = self._key(tokens, seqs) <= self.sizes[-1]
+        mode_s = np.where(np.asarray(prefill, bool), per_mode[self.prefill], per_mode[self.decode])
+        return layers * np.where(within, mode_s, self.eager_layer_s)
 
 
 def check_sizes(sizes: tuple[int, ...], what: str) -> tuple[int, ...]:

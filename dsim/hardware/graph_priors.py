@@ -24,8 +24,8 @@ def graphs(version: str, gpu: str | None) -> Graphs | None:
         return Graphs(
             "tokens",
             VLLM_SIZES_08,
-            False,
-            True,
+            "piecewise",
+            "piecewise",
             **launch,
             source=(
                 "vLLM 0.8 V1: piecewise graphs (attention eager) for every step up to 512 tokens, "
@@ -36,8 +36,8 @@ def graphs(version: str, gpu: str | None) -> Graphs | None:
         return Graphs(
             "tokens",
             VLLM_SIZES,
-            True,
-            True,
+            "full",
+            "piecewise",
             **launch,
             source=(
                 "vLLM >= 0.11: FULL_AND_PIECEWISE (full graphs for uniform decode and verify, "
@@ -51,8 +51,8 @@ def graphs(version: str, gpu: str | None) -> Graphs | None:
         return Graphs(
             "requests",
             SGLANG_SIZES_BIG if big else SGLANG_SIZES,
-            True,
-            False,
+            "full",
+            "eager",
             **launch,
             source=(
                 "SGLang 0.4: full graphs keyed by requests, [1, 2, 4, 8] + 16..160 step 8, "

@@ -21,7 +21,7 @@ from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
-from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine
+from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine, with_graphs
 from dsim.hardware.gpu_model import StepOverhead, get_gpu
 from dsim.hardware.latency import write_profile
 from dsim.hardware.pricing import Pricing, pricing
@@ -206,11 +206,13 @@ def estimate_inputs(
     overhead_scale: float,
     engine: str,
     kv_dtype: str,
+    capture_sizes: tuple[int, ...] | None = None,
+    graph_mode: str | None = None,
 ) -> tuple[Engine, Pricing]:
     """An estimate's engine preset and pricing (GPU, model, parallelism, the engine's
     collectives and graphs), each read and checked once (the target's and the drafter's
     estimates alike)."""
-    preset = get_engine(engine, gpu.lower())
+    preset = with_graphs(get_engine(engine, gpu.lower()), capture_sizes, graph_mode)
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
     par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
     check_parallel(arch, par)
@@ -241,9 +243,13 @@ def roofline_profile(
     overhead_scale: float = 1.0,
     engine: str = DEFAULT_ENGINE,
     kv_dtype: str = "bf16",
+    capture_sizes: tuple[int, ...] | None = None,
+    graph_mode: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """The estimated profile (standard CSV columns) and its sidecar metadata."""
-    preset, price = estimate_inputs(gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype)
+    preset, price = estimate_inputs(
+        gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype, capture_sizes, graph_mode
+    )
     arch, par, spec = price.arch, price.par, price.gpu
     contexts = grid_contexts(contexts, model, price)
     weights = weight_bytes_per_gpu(arch, par)
@@ -281,6 +287,7 @@ def roofline_profile(
         "engine": preset.record(overhead_scale),
         "breakdown_ms": breakdown,
         "calibration": gpu_fit.record(),
+        **({"collectives": price.reduce.record()} if tp > 1 and preset.custom_allreduce else {}),
         "engine_fit": engine_fit.record(),
         "round_fit": round_fit.record(),
         "grid": {

@@ -86,9 +86,10 @@ def priors(meta: dict) -> Group | None:
         lines.append(
             Text(
                 f"- CUDA graphs keyed by {graphs['keyed_by']}, {len(sizes)} sizes {sizes[0]}.."
-                f"{sizes[-1]}, full decode graphs: {graphs['full_decode']}; launches per layer "
-                f"without graphs {figure(graphs['eager_layer_s'] * 1e6)} us (20-150), piecewise "
-                f"{figure(graphs['piecewise_layer_s'] * 1e6)} us (5-40): {graphs['source']}"
+                f"{sizes[-1]}, decode {graphs['decode']}, prefill {graphs['prefill']}; "
+                f"launches per layer without graphs {figure(graphs['eager_layer_s'] * 1e6)} us "
+                f"(20-150), piecewise {figure(graphs['piecewise_layer_s'] * 1e6)} us (5-40): "
+                f"{graphs['source']}"
             )
         )
     else:

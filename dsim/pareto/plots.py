@@ -20,7 +20,7 @@ from dsim.pareto.frontier import X, Y  # noqa: E402
 from dsim.policies.registry import BUILT_INS  # noqa: E402
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def save_figure(fig: plt.Figure, path: Path) -> None:
     """PNG without a timestamp or version stamp, so the same sweep gives the same bytes."""
     write_png(fig, path, dpi=120)
     plt.close(fig)
@@ -40,6 +40,7 @@ def _log_x(ax: plt.Axes) -> None:
 _KIND_COLORS = {"mtp1": 0, "dspark": 1, "dspark-async": 2, "goodput": 3, "oracle": 4, "ar": 5}
 _BUILT_IN_KINDS = {entry.kind for entry in BUILT_INS}
 LINESTYLES = ("-", "--", "-.", ":")  # one per layout, in the config's order
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per layout, in the config's order
 
 
 def display_name(spec: str) -> str:
@@ -119,7 +120,7 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
     ax.legend(fontsize=8, title=f"point labels: {cfg.load_axis}", title_fontsize=8)
     _plot_gains(low, result.gains, display_name(cfg.baseline), styles)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_envelope(ax: plt.Axes, gains: pd.DataFrame, styles: dict) -> None:
@@ -200,4 +201,4 @@ def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     top.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)

@@ -91,7 +91,7 @@ def given(path: str) -> Target:
             "(dsim profile --roofline GPU --model M --tp N) or a sidecar that says it",
         )  # fmt: skip
     engine = meta.get("engine", {}).get("name", "unknown")
-    par = meta["parallel"]
-    tp = int(par.get("tp", gpus))
-    return Target(path, str(meta.get("model", Path(path).stem)), str(meta.get("gpu", Path(path).stem)),
-                  str(engine), tp, int(gpus))  # fmt: skip
+    tp = int(meta["parallel"].get("tp", gpus))
+    stem = Path(path).stem
+    model, gpu = str(meta.get("model", stem)), str(meta.get("gpu", stem))
+    return Target(path, model, gpu, str(engine), tp, int(gpus))

@@ -169,3 +169,32 @@ def test_the_budget_leaves_out_what_it_cannot_hold(monkeypatch, capsys, tmp_path
     assert code == 0 and "configurations above the budget of 1 GPUs left out" in err
     assert set(pd.read_csv(out / "plan.csv")["gpus"]) == {1}
     assert math.isfinite(pd.read_csv(out / "plan.csv")["rate_per_gpu"].iloc[0])
+
+
+def test_the_readme_example_passes_every_check(monkeypatch, capsys, tmp_path):
+    """The README's command, read as benchmarks/readme_plan.py reads it (which runs it whole),
+    passes every input check and searches what the README says: 32 configurations, 2 tiers."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from readme_plan import example
+
+    from dsim.plan import commands
+
+    seen = {}
+
+    def searched(plan, out, *args):
+        seen["plan"] = plan
+        return pd.DataFrame({"tier": [], "met": []})
+
+    monkeypatch.setattr(commands, "run_plan", searched)
+    words = example()
+    words[words.index("--out") + 1] = str(tmp_path / "p")
+    code, _, err = run_cli(monkeypatch, capsys, *words[1:], "--no-progress")
+    assert code == 0, err
+    plan = seen["plan"]
+    assert len(plan.configs) == 32 and [t.name for t in plan.options.tiers] == [
+        "interactive",
+        "batch",
+    ]
+    assert not (tmp_path / "p").exists()  # checks write nothing

@@ -178,6 +178,7 @@ def run_plan(
 ):
     """Write the profiles, search, and write the outputs; returns plan.csv's table."""
     check_writable(out)
+    (out / "points").mkdir(parents=True, exist_ok=True)  # marks the folder a plan's first
     for e in plan.estimates:
         e.write(out / "profiles")
     curves = [search.Curve(c, g) for c, g in zip(plan.configs, plan.grids, strict=True)]

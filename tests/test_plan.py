@@ -122,6 +122,9 @@ def test_a_rerun_reads_every_point_from_the_cache(monkeypatch, capsys, tmp_path)
     assert run_cli(monkeypatch, capsys, *args)[0] == 0
     assert {p.name for p in (out / "points").iterdir()} == first
     assert (out / "plan.csv").read_bytes() == table
+    fresh = tmp_path / "q"  # the same plan from nothing: the same answers, bit for bit
+    assert run_cli(monkeypatch, capsys, *args[:2], str(fresh), *args[3:])[0] == 0
+    assert (fresh / "plan.csv").read_bytes() == table
     report = (out / "report.md").read_text()
     assert "vllm serve Qwen/Qwen3-8B" in report and "GPUs for target" in report
     plan = pd.read_csv(out / "plan.csv")

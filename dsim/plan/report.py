@@ -107,9 +107,9 @@ def _ranked(rows: pd.DataFrame, about: About) -> list[str]:
             "tok/s/GPU"] + (["GPUs for target"] if about.target_rate else [])  # fmt: skip
     cells = []
     for _, r in rows.head(TOP_ROWS).iterrows():
-        line = [r["config"], str(r["gpus"]), figure(r["max_load"]), f"{r['step']:.1%}"
-                if r["met"] and r["step"] == r["step"] else "", figure(r["rate_per_gpu"]),
-                figure(r["tok_s_per_gpu"])]  # fmt: skip
+        step = f"{r['step']:.1%}" if pd.notna(r["step"]) else ""
+        line = [r["config"], str(r["gpus"]), figure(r["max_load"]), step,
+                figure(r["rate_per_gpu"]), figure(r["tok_s_per_gpu"])]  # fmt: skip
         if about.target_rate:
             line.append("" if pd.isna(r["gpus_for_target"]) else str(int(r["gpus_for_target"])))
         cells.append(line)

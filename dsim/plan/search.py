@@ -64,9 +64,11 @@ def most_probes(grid_size: int, tiers: int) -> int:
     return tiers * math.ceil(math.log2(grid_size + 1))
 
 
-def pending(curves: list[Curve], tiers: tuple[Tier, ...], seeds: tuple[int, ...]):
+def pending(
+    curves: list[Curve], tiers: tuple[Tier, ...], seeds: tuple[int, ...]
+) -> list[tuple[Curve, int, int]]:
     """(curve, grid index, seed) of every probe's next seed, each once."""
-    wanted = {}
+    wanted: dict[tuple[int, int], tuple[Curve, int, int]] = {}
     for c, curve in enumerate(curves):
         for tier in tiers:
             i = curve.probe(tier, len(seeds))

@@ -59,7 +59,8 @@ def answer(curve: Curve, tier: Tier, seeds: int, closed: bool) -> Answer:
 
 def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.DataFrame:
     """One row per tier and configuration, best first within each tier: by GPUs for the
-    target rate when there is one, else by rate per GPU."""
+    target rate when there is one, else by rate per GPU; those that miss the tier after, the
+    closest first."""
     rows = []
     for a in answers:
         c = a.curve.config
@@ -77,12 +78,13 @@ def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.D
             "within_budget": copies is not None and copies * c.gpus <= budget,
             "shortfall": a.closest[0], "misses_at_lowest_load": a.closest[1],
         })  # fmt: skip
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).astype({"copies_for_target": "Int64", "gpus_for_target": "Int64"})
     rank = pd.DataFrame({
         "tier": df["tier"].map({t: i for i, t in enumerate(dict.fromkeys(df["tier"]))}),
         "unmet": ~df["met"],
         "gpus": df["gpus_for_target"].astype(float) if target_rate else 0.0,
         "per_gpu": -df["rate_per_gpu"],
+        "shortfall": df["shortfall"],  # a tier's unmet configurations: the closest first
     })  # fmt: skip
     order = rank.sort_values(list(rank.columns), kind="stable", na_position="last").index
     return df.loc[order].reset_index(drop=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as ticker
 import pandas as pd
 from matplotlib.lines import Line2D
 
@@ -32,6 +33,7 @@ def plot_plan(table: pd.DataFrame, title: str, has_target: bool, path: Path) -> 
             ax.text(0.5, 0.5, "no configuration meets this tier", ha="center",
                     transform=ax.transAxes, fontsize=9, color="0.3")  # fmt: skip
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ticker.StrMethodFormatter("{x:g}"))
         ax.set_title(f"tier {tier}", fontsize=10)
         ax.set_xlabel("GPUs per configuration")
         ax.grid(True, which="both", alpha=0.3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from dsim.plan import grid, launch, space
 from dsim.plan.targets import Target
+from dsim.run_spec import RunSpec
 
 LINEAR_B = [1, 8, 64, 512, 4096]
 
@@ -201,3 +203,16 @@ def test_the_readme_example_passes_every_check(monkeypatch, capsys, tmp_path):
         "batch",
     ]
     assert not (tmp_path / "p").exists()  # checks write nothing
+
+
+def test_the_step_token_budget_is_an_axis_the_commands_carry():
+    target = Target("x.csv", "qwen3-8b", "h200", "vllm", 1, 1)
+    found = space.configs([target], (space.Layout(),), (("fixed:3", 3),), (64,), (None, 4096), 8)
+    assert [c.token_budget for c in found] == [None, 4096]
+    assert found[1].spec(RunSpec()).max_num_batched_tokens == 4096
+    assert found[0].spec(RunSpec()).max_num_batched_tokens is None
+    vllm = launch.launch(found[1], "preset:eagle3:chat", "/w").commands[0]
+    assert "--max-num-batched-tokens 4096" in vllm
+    sglang = launch.launch(replace(found[1], target=replace(target, engine="sglang")),
+                           "preset:eagle3:chat", "/w").commands[0]  # fmt: skip
+    assert "--chunked-prefill-size 4096" in sglang

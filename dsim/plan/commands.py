@@ -42,6 +42,9 @@ POLICIES = _opt(
 )
 GAMMA = _opt("3,5", "K values, comma list.", SEARCH)
 MAX_NUM_SEQS = _opt(str(default("max_seqs")), "max_num_seqs values, comma list.", SEARCH)
+BATCHED_TOKENS = _opt(
+    "", "Step token budgets (max_num_batched_tokens), comma list (default: the engine's).", SEARCH
+)
 TRACE = _opt(DEFAULT_TRACE, "Arrival trace or synthetic:... (its lengths and pattern).", TRAFFIC)
 RATE = _opt(None, "Target rate (req/s): the fewest GPUs that serve it.", TRAFFIC)
 CLOSED_LOOP = _opt(
@@ -62,6 +65,11 @@ def _count(value: int, name: str, **bounds: float) -> int:
     return int(spec_grammar.number(str(value), name, integer=True, **bounds))
 
 
+def _budgets(text: str) -> tuple[int | None, ...]:
+    """`--max-num-batched-tokens 8192,16384`; none given: each engine's own (None)."""
+    return spec_grammar.ints(text, "--max-num-batched-tokens") if text else (None,)
+
+
 def options(v: dict[str, Any]) -> Options:
     """The command's strings read once into the plan's options."""
     names, ints = spec_grammar.items, spec_grammar.ints
@@ -74,6 +82,7 @@ def options(v: dict[str, Any]) -> Options:
         layouts=space.layouts(ints(v["replicas"], "--replicas"), names(v["disagg"])),
         policies=space.policy_runs(names(v["policies"]), ints(v["gamma"], "--gamma")),
         max_seqs=ints(v["max_num_seqs"], "--max-num-seqs"),
+        token_budgets=_budgets(v["max_num_batched_tokens"]),
         tiers=tiers.parse_tiers(v["tier"]),
         budget=_count(v["budget"], "--budget", ge=1),
         trace=v["trace"],
@@ -102,6 +111,7 @@ def plan(
     policies: str = POLICIES,
     gamma: str = GAMMA,
     max_num_seqs: str = MAX_NUM_SEQS,
+    max_num_batched_tokens: str = BATCHED_TOKENS,
     trace: str = TRACE,
     rate: float | None = RATE,
     closed_loop: bool = CLOSED_LOOP,

@@ -57,6 +57,8 @@ def drafter(acceptance: str) -> str | None:
 def _vllm(c: Config, model: str, draft: str | None, path: str) -> list[str]:
     words = [f"vllm serve {model}", f"--tensor-parallel-size {c.target.tp}",
              f"--max-num-seqs {c.max_seqs}"]  # fmt: skip
+    if c.token_budget is not None:
+        words.append(f"--max-num-batched-tokens {c.token_budget}")
     if c.policy != "ar":
         method = "mtp" if c.policy == "mtp1" else VLLM_METHODS.get(draft or "", "draft_model")
         spec = {"method": method}
@@ -73,6 +75,8 @@ def _vllm(c: Config, model: str, draft: str | None, path: str) -> list[str]:
 def _sglang(c: Config, model: str, draft: str | None, path: str) -> list[str]:
     words = [f"python -m sglang.launch_server --model-path {model}", f"--tp {c.target.tp}",
              f"--max-running-requests {c.max_seqs}"]  # fmt: skip
+    if c.token_budget is not None:
+        words.append(f"--chunked-prefill-size {c.token_budget}")
     if c.policy != "ar":
         algo = "NEXTN" if c.policy == "mtp1" else SGLANG_ALGORITHMS.get(draft or "", "STANDALONE")
         words.append(f"--speculative-algorithm {algo}")

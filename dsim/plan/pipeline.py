@@ -42,6 +42,7 @@ class Options:
     layouts: tuple[space.Layout, ...]
     policies: tuple[tuple[str, int], ...]
     max_seqs: tuple[int, ...]
+    token_budgets: tuple[int | None, ...]  # (None,): each engine's own
     tiers: tuple[Tier, ...]
     budget: int
     trace: str
@@ -157,8 +158,8 @@ def prepare(o: Options, out: Path, executor: str, jobs: int, yes: bool) -> Plan:
     check_output_dir(out, OWNERS)
     base, traffic, notes = _traffic(o)
     found, built, skipped = _targets(o, out)
-    configs = space.configs(found, o.layouts, o.policies, o.max_seqs, o.budget)
-    left = sum(1 for t in found for _ in o.layouts) * len(o.policies) * len(o.max_seqs)
+    configs = space.configs(found, o.layouts, o.policies, o.max_seqs, o.token_budgets, o.budget)
+    left = len(found) * len(o.layouts) * len(o.policies) * len(o.max_seqs) * len(o.token_budgets)
     if left > len(configs):
         notes.append(f"{left - len(configs)} configurations above the budget of {o.budget} "
                      "GPUs left out")  # fmt: skip
@@ -208,7 +209,8 @@ def _about(plan: Plan, ran: int) -> report.About:
         f"{len(plan.configs)} configurations: {', '.join(targets_)}; layouts "
         f"{', '.join(lay.label for lay in o.layouts)}; policies "
         f"{', '.join(f'{p} K{k}' for p, k in o.policies)}; max_num_seqs "
-        f"{', '.join(map(str, o.max_seqs))}",
+        f"{', '.join(map(str, o.max_seqs))}; step token budgets "
+        f"{', '.join('the engine' if b is None else str(b) for b in o.token_budgets)}",
         f"acceptance {o.acceptance}; drafter cost {o.draft_cost}",
         f"{o.requests:,} requests a point, {o.seeds} seed{'s' * (o.seeds != 1)}, load grid "
         f"steps of at most {o.step:.0%}; {ran:,} points run or read from the cache",

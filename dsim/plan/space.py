@@ -1,6 +1,6 @@
 """The configurations a plan searches: per target, layout (colocated replicas or a P:D split)
-x policy and its K x max_num_seqs, each with its GPU count; those above the GPU budget are
-left out before any work."""
+x policy and its K x max_num_seqs x step token budget, each with its GPU count; those above
+the GPU budget are left out before any work."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class Config:
     policy: str
     gamma: int  # K: the drafts a round proposes (the most an adaptive policy verifies)
     max_seqs: int
+    token_budget: int | None = None  # max_num_batched_tokens (None: the engine's own)
 
     @property
     def gpus(self) -> int:
@@ -60,6 +61,7 @@ class Config:
         return (
             f"{self.target.label}, {self.layout.label}, {self.policy} K{self.gamma}, "
             f"seqs {self.max_seqs}"
+            + ("" if self.token_budget is None else f", budget {self.token_budget}")
         )
 
     def spec(self, base: RunSpec) -> RunSpec:
@@ -72,6 +74,7 @@ class Config:
             policy=self.policy,
             gamma=self.gamma,
             max_seqs=self.max_seqs,
+            max_num_batched_tokens=self.token_budget,
         )
 
 
@@ -109,16 +112,18 @@ def configs(
     lays: tuple[Layout, ...],
     runs: tuple[tuple[str, int], ...],
     max_seqs: tuple[int, ...],
+    token_budgets: tuple[int | None, ...],
     budget: int,
 ) -> list[Config]:
     """Every configuration within `budget` GPUs; none within it is one line naming the
     smallest configuration and its GPUs."""
     every = [
-        Config(t, lay, policy, k, seqs)
+        Config(t, lay, policy, k, seqs, tokens)
         for t in targets
         for lay in lays
         for policy, k in runs
         for seqs in max_seqs
+        for tokens in token_budgets
     ]
     kept = [c for c in every if c.gpus <= budget]
     if not kept:

@@ -108,7 +108,11 @@ def _traffic(o: Options) -> tuple[RunSpec, grid.Traffic, list[str]]:
     return base, grid.Traffic(o.closed, *means, math.nan if o.closed else rate), notes
 
 
-def _targets(o: Options, out: Path) -> tuple[list[targets.Target], list, list[str]]:
+def _targets(
+    o: Options, out: Path
+) -> tuple[list[targets.Target], list[targets.Estimate], list[str]]:
+    """The targets as the plan's specs name them (estimates under OUT/profiles/), the
+    estimates still to write, and the --tp values left out."""
     if o.profiles:
         return [targets.given(shipped.locate(p)) for p in o.profiles], [], []
     if o.model is None or not o.gpus:
@@ -128,7 +132,13 @@ def _size(o: Options, configs: list[space.Config], requests: int, jobs: int) -> 
     return WorkSize("this plan (at most)", points, points * requests, jobs)
 
 
-def _grids(plan_configs, base, traffic, o: Options, built) -> list[tuple[float, ...]]:
+def _grids(
+    plan_configs: list[space.Config],
+    base: RunSpec,
+    traffic: grid.Traffic,
+    o: Options,
+    built: list[targets.Estimate],
+) -> list[tuple[float, ...]]:
     """Each configuration read as its runs will read it (a bad policy, K or drafter cost is
     one line now), and its load grid from its bracket; estimates read from a scratch copy."""
     with tempfile.TemporaryDirectory(prefix="dsim-plan-") as tmp:

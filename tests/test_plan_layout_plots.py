@@ -14,20 +14,31 @@ import pytest
 from dsim.pareto import plots
 from dsim.pareto.pipeline import prepare, run_pareto
 
-PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
-SWEEP = f"""
+SWEEP = """
 policies = ["dspark"]
 [run]
-trace = "synthetic:rate=4,duration=20,prompt=200,output=48"
-profile = "{PROFILE}"
+trace = "synthetic:rate=4,duration=20,prompt=64,output=64"
+profile = "{profile}"
 gamma = 4
 [layout]
-disagg = ["1:1", "off"]
+replicas = [1, 2]
 [load]
-rate_scale = [1, 3, 6]
+rate_scale = [1, 2, 4]
 [sla]
-anchors = [100]
+anchors = [40]
 """
+
+
+def linear_profile(folder: Path) -> Path:
+    """10 ms + 0.5 ms a token: a step slows as its batch grows, so per-user speed falls with
+    load and each layout's frontier spans its loads (two replicas split the batch)."""
+    b = [1, 8, 64, 512, 4096]
+    path = folder / "linear.csv"
+    frame = pd.DataFrame(
+        {"batch_tokens": b, "context_len": 0, "latency_ms": [10 + 0.5 * x for x in b]}
+    )
+    frame.to_csv(path, index=False)
+    return path
 
 
 @pytest.fixture
@@ -42,25 +53,23 @@ def figures(monkeypatch):
 
 def test_a_single_policy_layout_sweep_shows_its_layouts(tmp_path: Path, figures) -> None:
     config = tmp_path / "sweep.toml"
-    config.write_text(SWEEP)
+    config.write_text(SWEEP.format(profile=linear_profile(tmp_path)))
     cfg, points = prepare(config, "local", 1)
     run_pareto(cfg, points, tmp_path / "out", "local", 1)
     fig = figures[0]
     top, low = fig.axes
     lines = {line.get_label(): line for line in top.get_lines()}
-    marks = {lines[f"dspark | disagg {d}"].get_marker() for d in ("1:1", "off")}
+    marks = {lines[f"dspark | replicas {r}"].get_marker() for r in (1, 2)}
     assert len(marks) == 2
-    assert sorted(t.get_text() for t in top.texts if "disagg" in t.get_text()) == [
-        "disagg 1:1",
-        "disagg off",
-    ]
+    labels = sorted(t.get_text() for t in top.texts if "replicas" in t.get_text())
+    assert labels == ["replicas 1", "replicas 2"]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     legend = top.get_legend().get_window_extent(renderer)
     assert legend.x0 >= top.get_window_extent(renderer).x1  # off the data
     gains = [line for line in low.get_lines() if not line.get_label().startswith("_")]
-    assert gains and "disagg 1:1" in low.get_ylabel()
-    assert gains[0].get_marker() == lines["dspark | disagg off"].get_marker()
+    assert gains and "replicas 1" in low.get_ylabel()
+    assert gains[0].get_marker() == lines["dspark | replicas 2"].get_marker()
 
 
 def test_layout_gains_read_matched_throughputs() -> None:

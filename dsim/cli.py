@@ -19,6 +19,7 @@ from dsim.hardware import commands as hardware_commands
 from dsim.interrupts import Interrupts
 from dsim.models import commands as models_commands
 from dsim.pareto import commands as pareto_commands
+from dsim.plan import commands as plan_commands
 from dsim.policies import commands as policy_commands
 from dsim.policies.plugin import TRACEBACK_ENV
 from dsim.real import commands as real_commands
@@ -39,6 +40,7 @@ for module in (
     acceptance_commands,
     models_commands,
     pareto_commands,
+    plan_commands,
     policy_commands,
 ):
     module.register(app)

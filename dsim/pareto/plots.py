@@ -16,11 +16,11 @@ import pandas as pd  # noqa: E402
 from dsim.fileio import write_png  # noqa: E402
 from dsim.pareto.analysis import Analysis  # noqa: E402
 from dsim.pareto.config import BEST_FIXED, SweepConfig  # noqa: E402
-from dsim.pareto.frontier import X, Y  # noqa: E402
+from dsim.pareto.frontier import X, Y, speed_at_throughput  # noqa: E402
 from dsim.policies.registry import BUILT_INS  # noqa: E402
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def save_figure(fig: plt.Figure, path: Path) -> None:
     """PNG without a timestamp or version stamp, so the same sweep gives the same bytes."""
     write_png(fig, path, dpi=120)
     plt.close(fig)
@@ -40,6 +40,7 @@ def _log_x(ax: plt.Axes) -> None:
 _KIND_COLORS = {"mtp1": 0, "dspark": 1, "dspark-async": 2, "goodput": 3, "oracle": 4, "ar": 5}
 _BUILT_IN_KINDS = {entry.kind for entry in BUILT_INS}
 LINESTYLES = ("-", "--", "-.", ":")  # one per layout, in the config's order
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per layout, in the config's order
 
 
 def display_name(spec: str) -> str:
@@ -88,18 +89,26 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
     """Throughput vs median per-user speed (points, frontier per policy and layout, SLA
     anchors), above the speed gain over the baseline at matched throughput.
 
-    Excluded points (docs/pareto.md) are hollow; each mean point is labelled with its load.
-    With several seeds the line is the frontier of the per-load means, its points carry the
-    min-max range over seeds as error bars, and the single-seed points are drawn faintly."""
-    fig, (ax, low) = plt.subplots(2, 1, figsize=(8.5, 8.5), gridspec_kw={"height_ratios": [3, 1.4]})
-    styles = {lay: LINESTYLES[i % 4] for i, lay in enumerate(dict.fromkeys(points["layout"]))}
+    Excluded points (docs/pareto.md) are hollow; each mean point is labelled with its load, or
+    with its layout in a layout sweep, whose layouts also differ by marker and line style. With
+    several seeds the line is the frontier of the per-load means, its points carry the min-max
+    range over seeds as error bars, and the single-seed points are drawn faintly. Legends sit
+    beside the axes, off the data. A layout sweep whose policies give no gain over the
+    baseline (one policy, or only the baseline's members) shows each layout's gain over its
+    first layout instead."""
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(11, 8.5), gridspec_kw={"height_ratios": [3, 1.4]})
+    order = list(dict.fromkeys(points["layout"]))
+    styles = {lay: LINESTYLES[i % 4] for i, lay in enumerate(order)}
+    marks = {lay: MARKERS[i % len(MARKERS)] for i, lay in enumerate(order)}
     for policy, layout, p in _series(points):
-        color, line = policy_color(policy), styles[layout]
+        color, line, mark = policy_color(policy), styles[layout], marks[layout]
         kept = p["excluded"] == ""
-        ax.scatter(p[X][kept], p[Y][kept], s=18, color=color, alpha=0.6)
-        ax.scatter(p[X][~kept], p[Y][~kept], s=22, facecolors="none", edgecolors=[color])
+        ax.scatter(p[X][kept], p[Y][kept], s=18, color=color, alpha=0.6, marker=mark)
+        ax.scatter(p[X][~kept], p[Y][~kept], s=22, facecolors="none", edgecolors=[color],
+                   marker=mark)  # fmt: skip
         f = result.front[(result.front["policy"] == policy) & (result.front["layout"] == layout)]
-        ax.plot(f[X], f[Y], line, color=color, label=_label(policy, layout), linewidth=1.8)
+        ax.plot(f[X], f[Y], line, color=color, label=_label(policy, layout), linewidth=1.8,
+                marker=mark, markersize=4)  # fmt: skip
         if "seeds" in f and f["seeds"].max() > 1:
             ax.errorbar(
                 f[X], f[Y], fmt="none", ecolor=color, elinewidth=1, capsize=2,
@@ -107,7 +116,7 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
             )  # fmt: skip
     if cfg.baseline == BEST_FIXED:
         _plot_envelope(ax, result.gains, styles)
-    _load_labels(ax, result.means)
+    _point_labels(ax, result.means, bool(cfg.layouts))
     _log_x(ax)
     if (points["excluded"] != "").any():
         ax.scatter([], [], s=22, facecolors="none", edgecolors="0.3", label="excluded (hollow)")
@@ -116,10 +125,33 @@ def plot_pareto(cfg: SweepConfig, points: pd.DataFrame, result: Analysis, title:
     ax.set_ylabel("output throughput (tok/s)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, title=f"point labels: {cfg.load_axis}", title_fontsize=8)
-    _plot_gains(low, result.gains, display_name(cfg.baseline), styles)
+    labels = "layout" if cfg.layouts else cfg.load_axis
+    ax.legend(fontsize=8, title=f"point labels: {labels}", title_fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # fmt: skip
+    gains, baseline = result.gains, display_name(cfg.baseline)
+    if len(order) > 1 and gains.dropna(subset=["gain"]).empty:
+        gains, baseline = layout_gains(result.front, order[0]), order[0]
+    _plot_gains(low, gains, baseline, styles, marks)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
+
+
+def layout_gains(front: pd.DataFrame, baseline: str, levels: int = 6) -> pd.DataFrame:
+    """Per policy, each layout's speed gain over layout `baseline`'s at `levels` throughputs
+    both frontiers cover (none where they share no throughput)."""
+    rows = []
+    for policy, f in front.groupby("policy", sort=False):
+        base = f[f["layout"] == baseline]
+        for layout, mine in f[f["layout"] != baseline].groupby("layout", sort=False):
+            lo = max(base[Y].min(), mine[Y].min())
+            hi = min(base[Y].max(), mine[Y].max())
+            if hi < lo:
+                continue
+            for level in np.linspace(lo, hi, levels) if hi > lo else [lo]:
+                ours, theirs = (speed_at_throughput(x, policy, level) for x in (mine, base))
+                rows.append({"layout": layout, "policy": policy, "throughput_tok_s": level,
+                             "gain": ours / theirs - 1})  # fmt: skip
+    return pd.DataFrame(rows, columns=["layout", "policy", "throughput_tok_s", "gain"])
 
 
 def _plot_envelope(ax: plt.Axes, gains: pd.DataFrame, styles: dict) -> None:
@@ -135,13 +167,17 @@ def _plot_envelope(ax: plt.Axes, gains: pd.DataFrame, styles: dict) -> None:
         )  # fmt: skip
 
 
-def _load_labels(ax: plt.Axes, means: pd.DataFrame) -> None:
-    """Each mean point's load beside it, in its policy's colour."""
-    for policy, _, m in _series(means):
+def _point_labels(ax: plt.Axes, means: pd.DataFrame, by_layout: bool) -> None:
+    """Each mean point's load beside it, in its policy's colour; in a layout sweep, the layout
+    beside each series' highest-throughput point instead."""
+    for policy, layout, m in _series(means):
+        if by_layout:
+            m = m.dropna(subset=[X, Y]).nlargest(1, Y)
         for _, row in m.iterrows():
             if not (np.isnan(row[X]) or np.isnan(row[Y])):
+                text = layout if by_layout else f"{row['load']:g}"
                 ax.annotate(
-                    f"{row['load']:g}", (row[X], row[Y]), xytext=(3, 3), textcoords="offset points",
+                    text, (row[X], row[Y]), xytext=(3, 3), textcoords="offset points",
                     fontsize=6, color=policy_color(policy), alpha=0.9,
                 )  # fmt: skip
 
@@ -162,15 +198,21 @@ def _sla_labels(ax: plt.Axes, anchors: list[float]) -> None:
         )  # fmt: skip
 
 
-def _plot_gains(ax: plt.Axes, gains: pd.DataFrame, baseline: str, styles: dict) -> None:
+def _plot_gains(
+    ax: plt.Axes, gains: pd.DataFrame, baseline: str, styles: dict, marks: dict | None = None
+) -> None:
     """Speed gain over the baseline against the matched throughput, per policy and layout."""
     ax.axhline(0.0, color="0.2", linewidth=1)
     for policy, layout, g in _series(gains.dropna(subset=["gain"])):
-        style = dict(color=policy_color(policy), marker="o", markersize=3)
-        ax.plot(g["throughput_tok_s"], 100 * g["gain"], styles.get(layout, "-"), **style)
+        mark = (marks or {}).get(layout, "o")
+        style = dict(color=policy_color(policy), marker=mark, markersize=3)
+        ax.plot(g["throughput_tok_s"], 100 * g["gain"], styles.get(layout, "-"),
+                label=_label(policy, layout), **style)  # fmt: skip
     if gains.dropna(subset=["gain"]).empty:
-        ax.text(0.5, 0.5, "no throughput range shared with the baseline", ha="center",
+        ax.text(0.5, 0.5, f"no throughput range shared with {baseline}", ha="center",
                 transform=ax.transAxes, fontsize=9, color="0.3")  # fmt: skip
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_xlabel("matched output throughput (tok/s)")
     ax.set_ylabel(f"speed gain over\n{baseline} (%)")
     ax.grid(True, alpha=0.3)
@@ -179,7 +221,7 @@ def _plot_gains(ax: plt.Axes, gains: pd.DataFrame, baseline: str, styles: dict) 
 def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
     """Throughput and mean verify budget per request against mean concurrency (means over seeds,
     with the throughput's min-max range over seeds shaded)."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10.5, 7), sharex=True)
     layouts = list(dict.fromkeys(points["layout"])) if "layout" in points else [""]
     for policy, layout, p in _series(points):
         p, color = p.sort_values("mean_batch_size"), policy_color(policy)
@@ -188,7 +230,8 @@ def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
                 p["mean_batch_size"], p[f"{Y}_min"], p[f"{Y}_max"], color=color, alpha=0.2
             )
         line = LINESTYLES[layouts.index(layout) % 4]
-        style = dict(color=color, marker="o", markersize=3, label=_label(policy, layout))
+        mark = MARKERS[layouts.index(layout) % len(MARKERS)]
+        style = dict(color=color, marker=mark, markersize=3, label=_label(policy, layout))
         top.plot(p["mean_batch_size"], p[Y], line, **style)
         bottom.plot(p["mean_batch_size"], p["mean_verify_budget"], line, **style)
     top.set_ylabel("output throughput (tok/s)")
@@ -198,6 +241,6 @@ def plot_load(points: pd.DataFrame, title: str, path: Path) -> None:
     top.set_title(title)
     for ax in (top, bottom):
         ax.grid(True, which="both", alpha=0.3)
-    top.legend(fontsize=8)
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)

@@ -1,0 +1,75 @@
+"""SLA tiers: named tail SLAs (dsim.sla's keys and bounds), each judged on a plan's points
+with the sweeps' rule: a point meets a tier when it is stable and keeps every bound, in every
+seed (docs/pareto.md, What an excluded point does)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dsim import sla as tail_sla
+from dsim import spec_grammar
+from dsim.errors import InputError
+
+USAGE = f"NAME:KEY=VALUE[,KEY=VALUE...] with KEY=VALUE as {tail_sla.USAGE}"
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    sla: tail_sla.Sla
+
+    def met(self, summary: dict) -> bool:
+        """Stable (the overload rule) and every bound kept."""
+        return not bool(summary["unstable"]) and not self.sla.missed(summary)
+
+    def shortfall(self, summary: dict) -> float:
+        """How far `summary` is from the tier: the largest factor by which a bound is missed
+        (1 or less: met; inf: unstable or unmeasured)."""
+        if bool(summary["unstable"]):
+            return math.inf
+        worst = 1.0
+        for b in self.sla.bounds:
+            value = float(summary[b.key])
+            if math.isnan(value) or value <= 0:
+                return math.inf
+            worst = max(worst, b.limit / value if b.at_least else value / b.limit)
+        return worst
+
+    def missed(self, summary: dict) -> str:
+        """What `summary` misses, with its values (`unstable`, `tps_p50 < 40 (36.4)`)."""
+        if bool(summary["unstable"]):
+            return "unstable (overload rule)"
+        return "; ".join(
+            f"{m} ({float(summary[m.split()[0]]):.4g})" for m in self.sla.missed(summary)
+        )
+
+    @property
+    def bounds(self) -> str:
+        return ", ".join(map(str, self.sla.bounds)) or "stable only"
+
+
+def parse_tier(text: str) -> Tier:
+    """`--tier NAME:KEY=VALUE,...` (a NAME alone: stability only)."""
+    name, sep, body = text.partition(":")
+    name = name.strip()
+    if not name or "=" in name:
+        raise InputError(None, None, f"--tier {text!r}: expected {USAGE}")
+    where = f"--tier {text!r}"
+    pairs = spec_grammar.key_values(body, where, "KEY=VALUE") if sep else {}
+    bounds = [(k, spec_grammar.number(v, f"{where}: {k}", gt=0)) for k, v in pairs.items()]
+    try:
+        return Tier(name, tail_sla.read(bounds))
+    except InputError as exc:
+        raise InputError(None, None, f"{where}: {exc}") from None
+
+
+def parse_tiers(texts: list[str]) -> tuple[Tier, ...]:
+    """At least one tier, names distinct."""
+    if not texts:
+        raise InputError(None, None, f"give at least one --tier {USAGE}")
+    tiers = tuple(parse_tier(t) for t in texts)
+    names = [t.name for t in tiers]
+    if len(set(names)) != len(names):
+        raise InputError(None, None, f"--tier names a tier twice: {names}")
+    return tiers

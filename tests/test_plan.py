@@ -1,0 +1,218 @@
+"""`dsim plan`: the closed form its bisection must find (docs/plan.md, A closed form), its
+load grid, its launch commands, resuming from its cache, and bad input's contract."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsim.plan import grid, launch, space
+from dsim.plan.targets import Target
+from dsim.run_spec import RunSpec
+
+LINEAR_B = [1, 8, 64, 512, 4096]
+
+
+def linear_profile(folder: Path, a_ms: float, b_ms: float) -> Path:
+    """latency = a + b x batch tokens, at every context; one GPU a replica."""
+    path = folder / "linear.csv"
+    latency = [a_ms + b_ms * b for b in LINEAR_B]
+    pd.DataFrame({"batch_tokens": LINEAR_B, "context_len": 0, "latency_ms": latency}).to_csv(
+        path, index=False
+    )
+    path.with_suffix(".json").write_text(json.dumps({"parallel": {"gpus": 1, "tp": 1}}))
+    return path
+
+
+def closed_plan(monkeypatch, capsys, tmp_path, a_ms, b_ms, speed, max_seqs, requests):
+    """A plan of one replica, `ar`, closed loop, tier tps_p50 >= speed: (max C found, grid)."""
+    profile = linear_profile(tmp_path, a_ms, b_ms)
+    out = tmp_path / "plan"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1",
+        "--profile", str(profile), "--policies", "ar", "--max-num-seqs", str(max_seqs),
+        "--closed-loop", "--trace", "synthetic:prompt=1,output=200,sigma=0",
+        "--tier", f"speed:tps_p50={speed}", "--seeds", "1", "--requests", str(requests),
+        "--jobs", "1", "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    row = pd.read_csv(out / "plan.csv").iloc[0]
+    return row, grid.loads(float(max_seqs), True)
+
+
+@pytest.mark.parametrize(
+    ("a_ms", "b_ms", "speed", "max_seqs", "requests"),
+    [(10.0, 0.5, 37.0, 64, 200), (2.0, 0.05, 50.0, 512, 1100)],
+    ids=["steps-of-one", "steps-of-5%"],
+)
+def test_bisection_finds_the_closed_form(
+    monkeypatch, capsys, tmp_path, a_ms, b_ms, speed, max_seqs, requests
+):
+    """One replica, step latency a + b B, `ar` at concurrency C: every request decodes at
+    1 / (a + b C), so tps_p50 >= S holds exactly for C <= (1/S - a) / b; the plan's answer
+    is the highest grid load at or below it, within one step of it."""
+    row, loads = closed_plan(monkeypatch, capsys, tmp_path, a_ms, b_ms, speed, max_seqs, requests)
+    exact = (1e3 / speed - a_ms) / b_ms
+    below = max(v for v in loads if v <= exact)
+    assert row["met"] and row["max_load"] == below
+    assert exact - row["max_load"] <= row["step"] * row["max_load"]
+    assert row["max_load"] * (1 + grid.STEP) >= exact or loads[loads.index(below) + 1] == below + 1
+
+
+@given(top=st.floats(1.0, 1e6), step=st.floats(0.001, grid.STEP))
+def test_the_open_loop_grid_steps_at_most_5_percent(top, step):
+    loads = grid.loads(top, False, step)
+    assert loads[-1] == pytest.approx(top) and loads[0] <= top / grid.SPAN * (1 + step)
+    assert all(b / a <= 1 + step + 1e-12 for a, b in zip(loads, loads[1:], strict=False))
+
+
+@given(top=st.integers(1, 5000))
+def test_the_closed_loop_grid_is_integers_5_percent_or_one_apart(top):
+    loads = grid.loads(float(top), True)
+    assert loads[0] == 1 and loads[-1] == top
+    gaps = zip(loads, loads[1:], strict=False)
+    assert all(b - a == 1 or b / a <= 1 + grid.STEP for a, b in gaps)
+
+
+def _config(engine: str, policy: str, k: int, disagg: str | None = None) -> space.Config:
+    target = Target("x.csv", "qwen3-8b", "h200", engine, 2, 2)
+    return space.Config(target, space.Layout(disagg=disagg), policy, k, 128)
+
+
+def test_launch_commands_name_the_engine_s_speculative_settings():
+    vllm = launch.launch(_config("vllm", "fixed:3", 3), "preset:eagle3:chat", "/w/eagle3")
+    assert vllm.commands == (
+        "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 --max-num-seqs 128 "
+        '--speculative-config \'{"method": "eagle3", "model": "/w/eagle3", '
+        '"num_speculative_tokens": 3}\'',
+    )
+    sglang = launch.launch(_config("sglang", "fixed:4", 4, "1:3"), "preset:eagle3:chat", None)
+    assert len(sglang.commands) == 2 and "--disaggregation-mode decode" in sglang.commands[1]
+    assert "--speculative-algorithm EAGLE3" in sglang.commands[0]
+    assert "--speculative-num-steps 4" in sglang.commands[0]
+    assert "--speculative-num-draft-tokens 5" in sglang.commands[0]
+    assert any("1 prefill and 3 decode" in n for n in sglang.notes)
+    assert launch.launch(_config("vllm", "dspark", 5), "preset:eagle3:chat", None) is None
+    assert launch.launch(_config("trtllm", "fixed:3", 3), "preset:eagle3:chat", None) is None
+
+
+def test_policy_runs_cross_k_once_per_policy():
+    runs = space.policy_runs(("ar", "fixed", "dspark", "fixed:2"), (3, 5))
+    assert runs == (("ar", 1), ("fixed:3", 3), ("fixed:5", 5), ("dspark", 3), ("dspark", 5),
+                    ("fixed:2", 2))  # fmt: skip
+
+
+SMALL = ("--trace", "synthetic:prompt=256,output=64", "--requests", "40", "--seeds", "1",
+         "--jobs", "1", "--no-progress", "--policies", "fixed", "--gamma", "3")  # fmt: skip
+
+
+def test_a_rerun_reads_every_point_from_the_cache(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "p"
+    args = ("plan", "--out", str(out), "--budget", "2", "--model", "qwen3-8b",
+            "--replicas", "1,2", "--tier", "t:ttft_p99_s=5", "--rate", "30", *SMALL)  # fmt: skip
+    assert run_cli(monkeypatch, capsys, *args)[0] == 0
+    first = {p.name for p in (out / "points").iterdir()}
+    table = (out / "plan.csv").read_bytes()
+    assert run_cli(monkeypatch, capsys, *args)[0] == 0
+    assert {p.name for p in (out / "points").iterdir()} == first
+    assert (out / "plan.csv").read_bytes() == table
+    fresh = tmp_path / "q"  # the same plan from nothing: the same answers, bit for bit
+    assert run_cli(monkeypatch, capsys, *args[:2], str(fresh), *args[3:])[0] == 0
+    assert (fresh / "plan.csv").read_bytes() == table
+    report = (out / "report.md").read_text()
+    assert "vllm serve Qwen/Qwen3-8B" in report and "GPUs for target" in report
+    plan = pd.read_csv(out / "plan.csv")
+    assert plan["met"].all() and not plan["at_bracket_top"].any()
+    assert (plan["gpus_for_target"] == plan["copies_for_target"] * plan["gpus"]).all()
+
+
+def test_a_tier_no_configuration_meets_names_the_closest(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "p"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1", "--model", "qwen3-8b",
+        "--tier", "impossible:tps_p50=100000", *SMALL,
+    )  # fmt: skip
+    assert code == 0 and "tier impossible: no configuration meets it" in err
+    report = (out / "report.md").read_text()
+    assert "**Not met: no configuration meets it.** Closest:" in report
+    assert "tps_p50 < 100000" in report
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--model", "qwen3-8b", "--tp", "2", "--budget", "1"), "no configuration fits a budget"),
+        (("--model", "deepseek-v3", "--tp", "1", "--budget", "8"), "weights need"),
+        (("--model", "qwen3-8b", "--budget", "1", "--requests", "5000000"), "pass --yes"),
+        (("--model", "qwen3-8b", "--budget", "1", "--tier", "x:tps_p7=1"), "unknown percentile"),
+        (("--model", "qwen3-8b", "--budget", "1", "--step", "0.1"), "--step must be"),
+        (("--model", "qwen3-8b", "--budget", "1", "--disagg", "1:x"), "expected P:D"),
+    ],
+    ids=["budget", "weights", "size-gate", "tier", "step", "disagg"],
+)
+def test_bad_input_is_one_line_and_nothing_written(monkeypatch, capsys, tmp_path, args, says):
+    out = tmp_path / "p"
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out),
+                           "--tier", "t:ttft_p99_s=5", *args, "--no-progress")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+    assert not out.exists()
+
+
+def test_the_budget_leaves_out_what_it_cannot_hold(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "p"
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1",
+                           "--model", "qwen3-8b", "--replicas", "1,2", "--tier", "t:",
+                           *SMALL)  # fmt: skip
+    assert code == 0 and "configurations above the budget of 1 GPUs left out" in err
+    assert set(pd.read_csv(out / "plan.csv")["gpus"]) == {1}
+    assert math.isfinite(pd.read_csv(out / "plan.csv")["rate_per_gpu"].iloc[0])
+
+
+def test_the_readme_example_passes_every_check(monkeypatch, capsys, tmp_path):
+    """The README's command, read as benchmarks/readme_plan.py reads it (which runs it whole),
+    passes every input check and searches what the README says: 32 configurations, 2 tiers."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from readme_plan import example
+
+    from dsim.plan import commands
+
+    seen = {}
+
+    def searched(plan, out, *args):
+        seen["plan"] = plan
+        return pd.DataFrame({"tier": [], "met": []})
+
+    monkeypatch.setattr(commands, "run_plan", searched)
+    words = example()
+    words[words.index("--out") + 1] = str(tmp_path / "p")
+    code, _, err = run_cli(monkeypatch, capsys, *words[1:], "--no-progress")
+    assert code == 0, err
+    plan = seen["plan"]
+    assert len(plan.configs) == 32 and [t.name for t in plan.options.tiers] == [
+        "interactive",
+        "batch",
+    ]
+    assert not (tmp_path / "p").exists()  # checks write nothing
+
+
+def test_the_step_token_budget_is_an_axis_the_commands_carry():
+    target = Target("x.csv", "qwen3-8b", "h200", "vllm", 1, 1)
+    found = space.configs([target], (space.Layout(),), (("fixed:3", 3),), (64,), (None, 4096), 8)
+    assert [c.token_budget for c in found] == [None, 4096]
+    assert found[1].spec(RunSpec()).max_num_batched_tokens == 4096
+    assert found[0].spec(RunSpec()).max_num_batched_tokens is None
+    vllm = launch.launch(found[1], "preset:eagle3:chat", "/w").commands[0]
+    assert "--max-num-batched-tokens 4096" in vllm
+    sglang = launch.launch(replace(found[1], target=replace(target, engine="sglang")),
+                           "preset:eagle3:chat", "/w").commands[0]  # fmt: skip
+    assert "--chunked-prefill-size 4096" in sglang

@@ -14,7 +14,7 @@ from dsim.cluster.summary import kv_transfer_figures, replica_figures
 from dsim.cluster.topology import Cluster, joined, replica_rng
 from dsim.engine.backend import Backend, Simulated
 from dsim.engine.clock import ClockMaker, clock_maker
-from dsim.engine.config import EngineConfig
+from dsim.engine.config import DraftCost, EngineConfig
 from dsim.engine.records import Records
 from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepLog
@@ -106,6 +106,7 @@ def run_engine(
     summary["kv_capacity_blocks"] = cfg.kv_blocks
     summary["step_model"] = latency.describe()
     summary["engine_limits"] = engine_limits(cfg)
+    summary["engine_round"] = engine_round(draft_cost, cfg, cluster.replicas)
     summary.update(gpu_figures(inputs.profile.sidecar, len(logs), summary["throughput_tok_s"]))
     summary["drafter_kind"] = draft_cost.kind if inputs.policy.drafts else "none"
     summary["warnings"] = list(inputs.warnings)
@@ -116,6 +117,17 @@ def run_engine(
         raise SimulationStuck(f"{n - records.finished} of {n} requests never finished")
     work = [r.work for r in cluster.replicas]
     return RunResult(requests, summary, steps, workload.output_tokens, logs, work)
+
+
+def engine_round(draft_cost: DraftCost, cfg: EngineConfig, replicas: list[Replica]) -> dict:
+    """The speculative round's engine terms the run priced rounds with (the profile's engine
+    preset unless the spec overrides them) and how many decode steps paid the ragged penalty."""
+    return {
+        "per_round_s": draft_cost.spec_round.per_round_s,
+        "host_pass_s": draft_cost.spec_round.host_pass_s,
+        "ragged_penalty": cfg.ragged_penalty,
+        "ragged_steps": int(sum(r.ragged_steps for r in replicas)),
+    }
 
 
 def engine_limits(cfg: EngineConfig) -> dict:

@@ -156,6 +156,13 @@ def show(result: RunResult, title: str) -> None:
         f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
         highlight=False,
     )
+    r = result.summary["engine_round"]
+    console.print(
+        f"engine round: per round {r['per_round_s'] * 1e3:.3g} ms; each drafter pass at least "
+        f"{r['host_pass_s'] * 1e3:.3g} ms (host per proposer step); ragged penalty "
+        f"{r['ragged_penalty']:g}, paid by {r['ragged_steps']:,} steps",
+        highlight=False,
+    )
     for v in result.summary.get("sla", ()):
         verdict = "met" if v["met"] else "MISSED"
         console.print(

@@ -231,9 +231,12 @@ def test_ragged_decode_steps_pay_and_fused_prefill_steps_do_not(tmp_path):
     plugin = tmp_path / "alt.py"
     plugin.write_text(ALTERNATING)
     prof = profile(tmp_path, penalty=0.5)
-    steps = run(prof, policy=f"{plugin}:Alternating", gamma=3).steps
+    result = run(prof, policy=f"{plugin}:Alternating", gamma=3)
+    steps = result.steps
     dec = decode_only(steps)
     paid = np.isclose(steps.latency_s, 0.015)
+    said = result.summary["engine_round"]  # what the run table prints
+    assert said["ragged_penalty"] == 0.5 and said["ragged_steps"] == int(paid.sum()) > 0
     assert np.isclose(steps.latency_s[dec & ~paid], 0.010).all()
     assert (steps.num_running[paid] >= 2).all()
     many = dec & (steps.num_running >= 2)

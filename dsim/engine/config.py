@@ -100,28 +100,35 @@ class DraftCost:
     kind: str = "block"
     spec_round: SpecRound = SpecRound()
 
-    def passes(self, num_seqs: int, gamma: int) -> tuple[tuple[int, int], ...]:
-        """(tokens per pass, number of such passes) of one round."""
-        if self.kind == "ar":
-            first = ((num_seqs * (1 + gamma), 1),)
-            return first + (((num_seqs, gamma - 1),) if gamma > 1 else ())
-        return ((num_seqs * (gamma if self.kind == "block" else 1), 1),)
-
     def seconds(
         self, num_seqs: int, gamma: int, context_len: float, target: LatencyModel | StepPrice
     ) -> float:
         """Drafter seconds per round; `target` prices the target's verify step (a `StepPrice`
         of the step at hand looks it up fastest)."""
-        total = self.spec_round.per_round_s
-        for tokens, count in self.passes(num_seqs, gamma):
-            if self.profile is not None:
-                work = float(self.profile.latency(tokens, num_seqs, context_len))
-            elif self.ratio:
-                work = self.ratio * float(target.latency(tokens, num_seqs, context_len))
-            else:
-                work = 0.0
-            total += count * float(self.spec_round.pass_seconds(work))
-        return total
+        rule = self.spec_round
+        if self.kind == "ar":
+            first = rule.pass_seconds(
+                self._work(num_seqs * (1 + gamma), num_seqs, context_len, target)
+            )
+            if gamma <= 1:
+                return rule.per_round_s + first
+            rest = rule.pass_seconds(self._work(num_seqs, num_seqs, context_len, target))
+            return rule.per_round_s + first + (gamma - 1) * rest
+        tokens = num_seqs * gamma if self.kind == "block" else num_seqs
+        return rule.per_round_s + rule.pass_seconds(
+            self._work(tokens, num_seqs, context_len, target)
+        )
+
+    def _work(
+        self, tokens: int, num_seqs: int, context_len: float, target: LatencyModel | StepPrice
+    ) -> float:
+        """One pass's work over `tokens` tokens: the drafter profile's, a ratio of the
+        target's, or none."""
+        if self.profile is not None:
+            return float(self.profile.latency(tokens, num_seqs, context_len))
+        if self.ratio:
+            return self.ratio * float(target.latency(tokens, num_seqs, context_len))
+        return 0.0
 
 
 def parse_draft_cost(

@@ -200,9 +200,9 @@ class SpecRound:
     def pass_seconds(self, gpu_s: Any) -> Any:
         """One drafter pass whose GPU work takes `gpu_s` (seconds, or an array of them): the
         one rule that prices a pass."""
-        if isinstance(gpu_s, np.ndarray):
-            return np.maximum(gpu_s, self.host_pass_s)
-        return max(float(gpu_s), self.host_pass_s)
+        if isinstance(gpu_s, float):
+            return gpu_s if gpu_s > self.host_pass_s else self.host_pass_s
+        return np.maximum(gpu_s, self.host_pass_s)
 
 
 class AllReduce:

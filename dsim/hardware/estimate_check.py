@@ -1,17 +1,16 @@
 """A measured verify-step profile against the `gpu-only` estimate, point by point: the level
 (estimate / measured - 1) and the shape T(R, q) / T(R, 1) per cell. The rule and its targets
 are the serving-grade profile study's (the GPU profile study); the estimate is
-`gpu_model.step_time` under the `gpu-only` preset (GPU work, no engine terms)."""
+the step model under the `gpu-only` preset (GPU work, no engine terms)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from dsim.hardware import gpu_fit, zoo
 from dsim.hardware.arch import Parallel
 from dsim.hardware.engines import get_engine
-from dsim.hardware.gpu_model import get_gpu, step_time
+from dsim.hardware.pricing import pricing
 
 LEVEL_TARGET = 0.20  # median |error| of the gpu-only estimate (README's rule)
 SHAPE_TOL = 0.10  # T(R, q) / T(R, 1) within 10% of the measured ratio (README's rule)
@@ -19,14 +18,10 @@ SHAPE_TOL = 0.10  # T(R, q) / T(R, 1) within 10% of the measured ratio (README's
 
 def gpu_only_ms(points: pd.DataFrame, model: str = "qwen3-8b", gpu: str = "h200") -> np.ndarray:
     """The gpu-only estimate (ms) at each verify point (batch_tokens, num_seqs, context_len)."""
-    spec, arch = get_gpu(gpu), zoo.load_arch(model)
-    cal = gpu_fit.calibration(spec)
     b, r, c = (points[k].to_numpy(np.float64) for k in ("batch_tokens", "num_seqs", "context_len"))
-    terms = get_engine("gpu-only").terms
-    seconds = step_time(
-        arch, Parallel(), spec, cal.kernels, cal.allreduce, terms, b, r, c, np.zeros(len(b), bool)
-    )
-    return seconds * 1e3
+    preset = get_engine("gpu-only")
+    price = pricing(model, gpu, Parallel(), preset.custom_allreduce, preset.graphs)
+    return price.step(preset.terms, b, r, c, np.zeros(len(b), bool)) * 1e3
 
 
 def compare(measured: pd.DataFrame) -> tuple[pd.DataFrame, dict]:

@@ -358,24 +358,9 @@ def step_parts(
     return {k: np.broadcast_to(v, n.shape).astype(np.float64) for k, v in parts.items()}
 
 
-def step_time(
-    arch: Arch,
-    par: Parallel,
-    gpu: Gpu,
-    fit: KernelFit,
-    allreduce: AllReduce,
-    overhead: StepOverhead,
-    tokens: np.ndarray,
-    seqs: np.ndarray,
-    context: np.ndarray,
-    prefill: np.ndarray,
-    graphs: Graphs | None = None,
-) -> np.ndarray:
-    """Seconds of one step: max(GPU work, overlapped host time) + serialised host time
-    (`step_costs` has the parts)."""
-    costs = step_costs(
-        arch, par, gpu, fit, allreduce, overhead, tokens, seqs, context, prefill, graphs
-    )
+def step_seconds(costs: dict[str, np.ndarray]) -> np.ndarray:
+    """Seconds of a step from its `step_costs`: max(GPU work, overlapped host time) +
+    serialised host time."""
     return np.maximum(costs["gpu"], costs["host_overlapped"]) + costs["host_serialised"]
 
 

@@ -18,7 +18,7 @@ from dsim.hardware.gpu_model import (
     StepOverhead,
     step_costs,
     step_parts,
-    step_time,
+    step_seconds,
 )
 
 
@@ -65,19 +65,7 @@ class Pricing:
 
     def step(self, terms: StepOverhead, tokens, seqs, context, prefill) -> np.ndarray:
         """Seconds of a step: max(GPU work, overlapped host) + serialised host."""
-        return step_time(
-            self.arch,
-            self.par,
-            self.gpu,
-            self.cal.kernels,
-            self.reduce,
-            terms,
-            tokens,
-            seqs,
-            context,
-            prefill,
-            self.graphs,
-        )
+        return step_seconds(self.costs(terms, tokens, seqs, context, prefill))
 
     def with_arch(self, arch: Arch) -> Pricing:
         """The same setup running another body (a drafter's layers)."""

@@ -3,7 +3,7 @@ The step-time model).
 
 `dsim profile --roofline GPU --model M [--tp N] [--ep N] [--dtype bf16|fp8] [--engine E]` prices
 a grid of verify steps (B = R * t tokens over R sequences, t = 1..8, each with KV context C) and
-prefill steps (P tokens over S prompts, chunks ending at context C) with `gpu_model.step_time`,
+prefill steps (P tokens over S prompts, chunks ending at context C) with `gpu_model.step_costs`,
 using operator efficiencies fitted on measured GPU data (`gpu_fit`) and the step terms of an
 engine preset fitted on published end-to-end runs of that engine (`engines`, `engine_fit`). It
 is an estimate: a measured profile wins.

@@ -3,7 +3,7 @@
 Run from the repo root: `python experiments/gpu_profile/compare.py`. Reads
 profiles/h200-qwen3-8b{,-kernels}{,-drafter}.csv and run2's repeat; writes comparison.md and
 comparison.json beside this file. The estimate is evaluated at the measured points themselves
-(dsim.hardware.gpu_model.step_time), not read off the shipped estimate's interpolated CSV.
+(dsim.hardware.gpu_model.step_costs), not read off the shipped estimate's interpolated CSV.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from dsim.hardware.gpu_model import (  # noqa: E402
     Parallel,
     StepOverhead,
     get_gpu,
+    step_costs,
     step_parts,
-    step_time,
+    step_seconds,
 )
 from dsim.hardware.latency import read_profile  # noqa: E402
 
@@ -50,7 +51,7 @@ def estimate(points: pd.DataFrame, overhead_scale: float) -> np.ndarray:
     cal, common, args = _model(points)
     scale = overhead_scale
     overhead = StepOverhead(cal.overhead.per_layer_s * scale, cal.overhead.per_seq_s * scale)
-    return step_time(*common, overhead, *args) * 1e3
+    return step_seconds(step_costs(*common, overhead, *args)) * 1e3
 
 
 def parts_ms(points: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -350,6 +350,16 @@ def test_a_step_change_is_followed_and_a_jumping_core_is_not():
     assert Samples((1.0, 3.0), (1.0, 1.0), (0.0, 1.0)).unfollowed() == 0.0  # under 3 passes
 
 
+def test_the_trace_gap_tells_even_jitter_from_passes_slowed_now_and_then():
+    """Closed forms: the trace (medians of up to 5, centred) against the passes' mean. Even
+    jitter about a speed: no gap; one pass in six slowed 4x: the trace stays at 1 where the
+    passes average 1.5 (-1/3), though both read alike as unfollowed drift."""
+    even = Samples((0.9, 1.1, 0.9, 1.1, 0.9, 1.1), (0.5,) * 6, AT6)
+    spiked = Samples((1.0, 1.0, 1.0, 1.0, 1.0, 4.0), (0.5,) * 6, AT6)
+    assert even.gap() == pytest.approx(0.0, abs=1e-12) and spiked.gap() == pytest.approx(-1 / 3)
+    assert spiked.record()["trace_gap"] == spiked.gap() and Samples((), (), ()).gap() == 0.0
+
+
 def test_the_speed_trace_prices_each_step_at_the_core_speed_of_its_moment():
     calibration = Samples((0.5, 0.5, 0.5), (0.5,) * 3, (0.0, 1.0, 2.0))
     trace = Samples((1.0, 1.0, 1.0, 2.0, 2.0, 2.0), (0.5,) * 6, AT6).trace(calibration)
@@ -402,6 +412,7 @@ def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
     def run(policy: str, k: float, unfollowed: float) -> RunDrift:
         ref = {"passes": 9, "median_wall_ms": 2.0, "median_cpu_ms": 1.0, "drift": -0.3}
         ref |= {"cpu_drift": 0.1, "unfollowed": unfollowed, "cpu_unfollowed": unfollowed / 2}
+        ref |= {"trace_gap": -0.01}
         return RunDrift(policy, k, ref)
 
     drifted = TripleDrift("light", 0, 1, (run("mtp1", 1.0, 0.02), run("dspark", 1.2, 0.2)))

@@ -66,6 +66,7 @@ class Timeline:
         self.ahead.pop(phase, None)
 
     def run_done(self, seconds: float) -> str:
+        """A run (real and its simulations) took `seconds`: the projection now, in one line."""
         self.runs.append(seconds)
         return self.record(f"after run {len(self.runs)}")
 

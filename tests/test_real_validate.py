@@ -3,10 +3,12 @@ run on the tiny target (real runs, trace and preset simulations at two loads).""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -21,10 +23,11 @@ from dsim.errors import InputError
 from dsim.hardware.latency import LatencyModel, profile_metadata, read_profile, write_profile
 from dsim.models.checkpoint import save_drafter
 from dsim.models.collect import collect
-from dsim.models.data import read_prompt_file
+from dsim.models.data import Prompt, read_prompt_file
 from dsim.models.target import tiny_target
 from dsim.run import RunSpec, run_engine
 from dsim.run_inputs import resolve
+from dsim.validation import study
 from dsim.validation.drift import DRIFT_TOL, RERUNS_TOTAL, RunDrift, TripleDrift, verdict
 from dsim.validation.figures import (
     METRICS,
@@ -48,6 +51,7 @@ from dsim.validation.report import _drift as report_drift
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import EngineCalibration, PassClocks
 from dsim.validation.study import validate
+from dsim.validation.timeline import CALIBRATE_SHARE, RATE_RULE_SHARE, RUN_SHARE, Timeline
 from dsim.workload import Workload
 
 
@@ -346,6 +350,16 @@ def test_a_step_change_is_followed_and_a_jumping_core_is_not():
     assert Samples((1.0, 3.0), (1.0, 1.0), (0.0, 1.0)).unfollowed() == 0.0  # under 3 passes
 
 
+def test_the_trace_gap_tells_even_jitter_from_passes_slowed_now_and_then():
+    """Closed forms: the trace (medians of up to 5, centred) against the passes' mean. Even
+    jitter about a speed: no gap; one pass in six slowed 4x: the trace stays at 1 where the
+    passes average 1.5 (-1/3), though both read alike as unfollowed drift."""
+    even = Samples((0.9, 1.1, 0.9, 1.1, 0.9, 1.1), (0.5,) * 6, AT6)
+    spiked = Samples((1.0, 1.0, 1.0, 1.0, 1.0, 4.0), (0.5,) * 6, AT6)
+    assert even.gap() == pytest.approx(0.0, abs=1e-12) and spiked.gap() == pytest.approx(-1 / 3)
+    assert spiked.record()["trace_gap"] == spiked.gap() and Samples((), (), ()).gap() == 0.0
+
+
 def test_the_speed_trace_prices_each_step_at_the_core_speed_of_its_moment():
     calibration = Samples((0.5, 0.5, 0.5), (0.5,) * 3, (0.0, 1.0, 2.0))
     trace = Samples((1.0, 1.0, 1.0, 2.0, 2.0, 2.0), (0.5,) * 6, AT6).trace(calibration)
@@ -398,6 +412,7 @@ def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
     def run(policy: str, k: float, unfollowed: float) -> RunDrift:
         ref = {"passes": 9, "median_wall_ms": 2.0, "median_cpu_ms": 1.0, "drift": -0.3}
         ref |= {"cpu_drift": 0.1, "unfollowed": unfollowed, "cpu_unfollowed": unfollowed / 2}
+        ref |= {"trace_gap": -0.01}
         return RunDrift(policy, k, ref)
 
     drifted = TripleDrift("light", 0, 1, (run("mtp1", 1.0, 0.02), run("dspark", 1.2, 0.2)))
@@ -416,6 +431,88 @@ def test_drift_rule_reruns_once_and_voids_a_triple_that_drifts_again():
     assert "| kept, drifted |" in text and "| kept |" in text
     ok = verdict([fine.record(kept=True)])
     assert ok["valid"] and "every triple within the 10% tolerance" in "\n".join(report_drift(ok))
+
+
+class FakeTime:
+    """A study clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+NOON = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def test_projection_closed_form_from_profiling_then_from_measured_runs():
+    """After profiling: elapsed + the phases' shares of it + the runs at its run share; after
+    runs: elapsed + the runs left at their mean; the end time is now + what is left."""
+    now = FakeTime()
+    timeline = Timeline(0.0, 600.0, 6, now=now, utc_now=lambda: NOON + dt.timedelta(seconds=now.t))
+    now.t = 100.0
+    line = timeline.after_profiling(100.0, calibrate=2.0, run=0.5)
+    first = 100 + 100 * (CALIBRATE_SHARE * 2 + RATE_RULE_SHARE) + 6 * 100 * RUN_SHARE * 0.5
+    assert timeline.projected_s() == pytest.approx(first)
+    assert line.startswith("projected total ") and "0/6 runs done" in line
+    assert f"ending ~{NOON + dt.timedelta(seconds=first):%H:%M:%S} UTC" in line
+    now.t = 150.0
+    timeline.phase_done("calibrate")
+    timeline.phase_done("rate rule")
+    assert timeline.projected_s() == pytest.approx(150 + 6 * 100 * RUN_SHARE * 0.5)
+    now.t = 180.0
+    timeline.run_done(30.0)
+    now.t = 220.0
+    line = timeline.run_done(40.0)
+    assert timeline.projected_s() == pytest.approx(220 + 4 * 35) and "2/6 runs done" in line
+    assert "35.0 s a run (measured)" in line and "ending ~12:06:00 UTC" in line  # 220 + 140 s
+    assert timeline.fits(extra_runs=3) and 220 + 7 * 35 <= 600  # a re-run of a triple fits
+    assert not Timeline(0.0, 400.0, 6, now=now, runs=[30.0, 40.0]).fits(3)  # 465 s > 400 s
+    assert [h["when"] for h in timeline.history] == [
+        "after profiling",
+        "after run 1",
+        "after run 2",
+    ]
+    last = timeline.history[-1]
+    assert last["projected_total_s"] == pytest.approx(360.0) and last["runs_done"] == 2
+    assert last["projected_end_utc"] == "2026-01-01 12:06:00"
+    assert (
+        timeline.summary() == f"{int(first // 60)}m{int(first % 60):02d}s after profiling, "
+        "6m00s after run 2 (budget 10m00s)"
+    )
+
+
+def test_a_drifted_triple_is_re_run_only_while_the_projection_fits_the_budget(
+    monkeypatch, tmp_path
+):
+    """Every attempt drifts and every run takes 30 s: with 0 s ahead and 2 policies, the first
+    triple's re-run (2 triples x 2 runs + 2 = 6 runs, 180 s) fits a 200 s budget; the second
+    triple's (elapsed 180 s + 0 runs left + 2 = 240 s) does not, so it is kept, drifted."""
+    now, lines = FakeTime(), []
+    settings = Settings(policies=("mtp1", "dspark"), loads=(("light", 0.3),), repeats=2)
+    bench = SimpleNamespace(settings=settings, out=tmp_path, log=lines.append)
+    timeline = Timeline(0.0, 200.0, 4, now=now, prior_run_s=30.0)
+
+    def serve_triple(bench, base, pricing, key, rate, inputs, timeline):
+        for _ in settings.policies:
+            now.t += 30.0
+            timeline.run_done(30.0)
+        run = RunDrift("mtp1", 1.0, {"unfollowed": 0.5, "cpu_unfollowed": 0.5})
+        return ([], [], []), TripleDrift(key[0], key[1], key[2], (run,))
+
+    monkeypatch.setattr(study, "serve_triple", serve_triple)
+    plan = {"light": {"rate": 1.0}}
+    prompts = [Prompt(f"p{i}", "chat", "q") for i in range(4)]
+    _, records = study.serve_all(bench, None, plan, ([0, 1], prompts), "t", None, timeline)
+    assert [(r["seed"], r["attempt"], r["kept"]) for r in records] == [
+        (0, 1, False), (0, 2, True), (1, 1, True),
+    ]  # fmt: skip
+    assert timeline.runs_total == 6 and len(timeline.runs) == 6
+    assert lines == ["light seed 0 drifted +50.0%: re-run",
+                     "light seed 1 drifted +50.0%: kept, a re-run would end at 4m00s, "
+                     "past the budget"]  # fmt: skip
+    assert not verdict(records)["valid"]
 
 
 def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
@@ -484,6 +581,17 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     report = (out / "report.md").read_text()
     assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
     assert sum(line.startswith("[") for line in lines) == 10  # a line per real run, re-run too
+    assert "[10/10] moderate seed 1 dspark" in "\n".join(lines)  # the re-run's runs counted
+    projected = [j for j, line in enumerate(lines) if line.startswith("projected total ")]
+    assert len(projected) == 1 + 10  # after the profiling phase, then after every run
+    assert lines[projected[0] - 1].startswith("profiling tiny")
+    assert lines[projected[0] + 1].startswith("calibrating the engine")
+    assert all(lines[j - 1].startswith("[") for j in projected[1:])
+    history = diagnostics["projection"]
+    assert [h["runs_done"] for h in history] == list(range(11))
+    assert history[0]["runs_total"] == 8 and history[-1]["runs_total"] == 10
+    assert history[-1]["elapsed_s"] == pytest.approx(history[-1]["projected_total_s"])
+    assert diagnostics["meta"]["projected_total"].endswith("(budget 22m00s)")
     profile = read_profile(out / "profile.csv")
     assert set(profile["phase"]) == {"verify", "prefill"}
     cal = json.loads((out / "calibration" / "engine.json").read_text())

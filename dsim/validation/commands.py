@@ -76,6 +76,13 @@ def validate_cmd(
         "every real run (outside its clock) to price it with the core's speed of the moment.",
         rich_help_panel=RUNS,
     ),
+    budget_minutes: float = typer.Option(
+        DEFAULTS.budget_minutes,
+        help="Time the study plans to end within: the projected total is logged after the "
+        "profiling phase and after every run, and a drifted triple is re-run only while the "
+        "projection with the re-run stays within it (else it is kept, drifted).",
+        rich_help_panel=STUDY,
+    ),
 ) -> None:
     """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
     with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and
@@ -87,7 +94,7 @@ def validate_cmd(
         drafter=drafter, acceptance=acceptance, prompts=prompts, profile=profile, preset=preset,
         policies=spec_grammar.items(policies), loads=parse_loads(loads), repeats=repeats,
         requests=requests, max_new_tokens=max_new_tokens, max_seqs=max_seqs, seed=seed,
-        target=target, reference_every=reference_every,
+        target=target, reference_every=reference_every, budget_minutes=budget_minutes,
     )  # fmt: skip
     validate(settings, out, log=lambda line: typer.echo(line, err=True))
 

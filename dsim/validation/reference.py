@@ -17,7 +17,10 @@ What a trace cannot follow is a core that changes faster than its window: a run'
 drift* is the mean |pass / (median of its WINDOW - 1 neighbours) - 1| over its passes, each pass
 judged against a trace it took no part in. A run's drift, the median pass of its last third
 over its first third, minus 1, is reported beside it: what one factor for the whole run could
-not have followed.
+not have followed. So is its *trace gap*, the trace's mean over the passes' mean, minus 1:
+the trace is a running median, so it prices a core that jitters evenly about its speed at that
+speed, but a core whose passes are now and then slowed (preempted) below what the run's steps,
+which pay every slow-down, cost on average; the unfollowed drift reads both alike.
 """
 
 from __future__ import annotations
@@ -84,6 +87,14 @@ class Samples:
             for j, t in enumerate(times)
         )
 
+    def gap(self) -> float:
+        """The trace's mean over the passes' mean on the wall clock, minus 1 (module doc; 0
+        without passes)."""
+        if not self.wall:
+            return 0.0
+        trace = [statistics.median(_window(self.wall, j, own=True)) for j in range(len(self.wall))]
+        return statistics.fmean(trace) / statistics.fmean(self.wall) - 1
+
     def trace(self, calibration: Samples) -> SpeedTrace:
         """The run's speed trace against the calibration's reference (module doc); a run too
         short to reach its first pass (under `every` verifies) runs at the calibration's."""
@@ -106,6 +117,7 @@ class Samples:
             "cpu_drift": self.drift("cpu"),
             "unfollowed": self.unfollowed("wall"),
             "cpu_unfollowed": self.unfollowed("cpu"),
+            "trace_gap": self.gap(),
         }
 
 

@@ -12,6 +12,7 @@ from dsim.hardware.measure import Grid
 from dsim.models.target import SMOLLM2
 from dsim.policies import Oracle, parse_policy
 from dsim.real.defaults import DEFAULT_PROMPTS
+from dsim.validation.timeline import BUDGET_MINUTES
 
 DEFAULT_DRAFTER = Path("drafters/markov.pt")
 DEFAULT_TRACE = Path("traces/acceptance/smollm2-markov.parquet")
@@ -38,12 +39,15 @@ class Settings:
     target: str = SMOLLM2
     profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
     reference_every: int = 8  # verifies between reference passes (`dsim.validation.reference`)
+    budget_minutes: float = BUDGET_MINUTES  # a re-run only within it (`dsim.validation.timeline`)
 
     def check(self) -> None:
         """Everything that can be refused before a model is loaded or a file written."""
         for name in ("repeats", "requests", "max_new_tokens", "max_seqs", "reference_every"):
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
+        if not self.budget_minutes > 0:
+            raise InputError(None, None, "--budget-minutes must be > 0")
         if self.seed < 0:
             raise InputError(None, None, "--seed must be >= 0")
         if not self.policies:

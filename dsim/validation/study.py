@@ -63,6 +63,7 @@ from dsim.validation.report import report_markdown
 from dsim.validation.runs import Pricing, one_run, utc
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import PassClocks
+from dsim.validation.timeline import Timeline, clock
 
 # What marks a folder as a study's: its results, or the first file a study writes.
 STUDY_OWNERS = ("validation.json", "prompts-served.jsonl")
@@ -103,11 +104,13 @@ def validate(
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
     phases.mark("load and profile")
+    timeline = study_timeline(bench, phases.seconds["load and profile"])
     cal = calibrate_engine(bench, raw, trace_prompts(prompts))
     pricing = Pricing(cal, bench.reference.take())
     meta["engine_calibration"] = describe(cal)
     meta["reference_calibration"] = pricing.reference.record()
     phases.mark("calibrate")
+    timeline.phase_done("calibrate")
     seeds = [s.seed + k for k in range(s.repeats)]
     expected_out = generated_lengths(half, s.max_new_tokens)
     base = replace(
@@ -115,11 +118,27 @@ def validate(
     )
     plan = plan_loads(bench, base, str(trace_file), seeds, prompt_lengths, expected_out)
     phases.mark("rate rule")
-    measured, records = serve_all(bench, base, plan, seeds, served, str(trace_file), pricing)
+    timeline.phase_done("rate rule")
+    measured, records = serve_all(
+        bench, base, plan, (seeds, served), str(trace_file), pricing, timeline
+    )
     phases.mark("triples (runs and simulations)")
-    meta["wall_time"] = _clock(time.perf_counter() - bench.started)
+    meta["wall_time"] = clock(time.perf_counter() - bench.started)
     meta["time_by_phase"] = phases.describe()
-    return write_results(bench, meta, plan, measured, verdict(records))
+    meta["projected_total"] = timeline.summary()
+    return write_results(bench, meta, plan, measured, verdict(records), timeline.history)
+
+
+def study_timeline(bench: Bench, profile_s: float) -> Timeline:
+    """The study's projection from its profiling phase (`dsim.validation.timeline`), logged:
+    the later phases scale with the policies (calibration bursts) and the tokens a run serves."""
+    s, default = bench.settings, Settings()
+    runs = len(s.loads) * s.repeats * len(s.policies)
+    timeline = Timeline(bench.started, 60 * s.budget_minutes, runs)
+    calibrate = len(s.policies) / len(default.policies)
+    run = s.requests * s.max_new_tokens / (default.requests * default.max_new_tokens)
+    bench.log(timeline.after_profiling(profile_s, calibrate, run))
+    return timeline
 
 
 class _Phases:
@@ -133,7 +152,7 @@ class _Phases:
         self.seconds[phase], self.last = now - self.last, now
 
     def describe(self) -> str:
-        return ", ".join(f"{phase} {_clock(t)}" for phase, t in self.seconds.items())
+        return ", ".join(f"{phase} {clock(t)}" for phase, t in self.seconds.items())
 
 
 def machine() -> dict[str, str | int]:
@@ -171,10 +190,6 @@ def study_meta(s: Settings, served: int) -> dict:
     }
 
 
-def _clock(seconds: float) -> str:
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
 def plan_loads(
     bench: Bench,
     base: RunSpec,
@@ -200,17 +215,17 @@ def serve_all(
     bench: Bench,
     base: RunSpec,
     plan: dict[str, dict[str, float]],
-    seeds: list[int],
-    served: list[Prompt],
+    repeats: tuple[list[int], list[Prompt]],
     trace: str,
     pricing: Pricing,
+    timeline: Timeline,
 ) -> tuple[tuple[list[dict], list[dict], list[dict]], list[dict]]:
-    """Every load x repeat x policy (`one_run`), a triple (load, seed) at a time, each run
-    priced by its own reference passes and a triple re-run if a run drifted within itself
-    (`dsim.validation.drift`): (metric rows, run info, attribution parts) of the kept
-    attempts, and every attempt's drift record. `base` schedules the real runs (the study's
-    engine profiles)."""
-    s, out = bench.settings, bench.out
+    """Every load x repeat (its seed; the served prompts) x policy (`one_run`), a triple
+    (load, seed) at a time, each run priced by its own reference passes and a triple re-run if
+    a run drifted within itself (`dsim.validation.drift`) and the re-run fits in the budget
+    (`timeline`): (metric rows, run info, attribution parts) of the kept attempts, and every
+    attempt's drift record. `base` schedules the real runs (the study's engine profiles)."""
+    s, out, (seeds, served) = bench.settings, bench.out, repeats
     repeat_files = []
     for k, seed in enumerate(seeds):  # repeat k serves the served half from prompt k n on
         repeat_files.append(out / f"prompts-served-s{seed}.jsonl")
@@ -218,21 +233,26 @@ def serve_all(
         write_prompt_file(repeat_files[-1], [served[j] for j in order])
     kept: tuple[list[dict], list[dict], list[dict]] = ([], [], [])
     records: list[dict] = []
-    progress = _Progress(bench, len(s.loads) * len(seeds) * len(s.policies))
     reruns_left = RERUNS_TOTAL
     for name, _ in s.loads:
         rate = plan[name]["rate"]
         for seed, prompt_file in zip(seeds, repeat_files, strict=True):
-            attempts: list[TripleDrift] = []
-            while not attempts or not attempts[-1].settled(reruns_left):
-                if attempts:
-                    reruns_left -= 1
-                    progress.total += len(s.policies)
-                    bench.log(f"{name} seed {seed} drifted {attempts[-1].change:+.1%}: re-run")
+            inputs = (prompt_file, trace)
+            triple, drift = serve_triple(
+                bench, base, pricing, (name, seed, 1), rate, inputs, timeline
+            )
+            attempts = [drift]
+            while not drift.settled(reruns_left):
+                said = f"{name} seed {seed} drifted {drift.change:+.1%}"
+                if not timeline.fits(len(s.policies)):
+                    over = clock(timeline.projected_s(len(s.policies)))
+                    bench.log(f"{said}: kept, a re-run would end at {over}, past the budget")
+                    break
+                reruns_left -= 1
+                timeline.runs_total += len(s.policies)
+                bench.log(f"{said}: re-run")
                 key = (name, seed, len(attempts) + 1)
-                triple, drift = serve_triple(
-                    bench, base, pricing, key, rate, (prompt_file, trace), progress
-                )
+                triple, drift = serve_triple(bench, base, pricing, key, rate, inputs, timeline)
                 attempts.append(drift)
             records += [a.record(kept=a is attempts[-1]) for a in attempts]
             for part, got in zip(kept, triple, strict=True):
@@ -247,21 +267,25 @@ def serve_triple(
     key: tuple[str, int, int],
     rate: float,
     inputs: tuple[Path, str],
-    progress: _Progress,
+    timeline: Timeline,
 ) -> tuple[tuple[list[dict], list[dict], list[dict]], TripleDrift]:
     """One attempt (`key`: load, seed, attempt) at a triple on `inputs` (the repeat's prompt
     file, the trace half): every policy's run (`one_run`), each priced by its own reference
-    passes. (Metric rows, run info, attribution parts) and its drift."""
+    passes, and the projection after each. (Metric rows, run info, attribution parts) and its
+    drift."""
     s, (load, seed, attempt) = bench.settings, key
     folder = bench.out / "runs" / load / f"s{seed}{'-rerun' * (attempt - 1)}"
     spec = replace(base, trace=arrivals_spec(rate, s.requests, s.max_new_tokens), seed=seed)
     rows, runs, parts, drifts = [], [], [], []
     for policy in s.policies:
-        bench.log(progress.line(f"{load} seed {seed} {policy}"))
+        done, elapsed = len(timeline.runs), clock(timeline.now() - timeline.started)
+        bench.log(f"[{done + 1}/{timeline.runs_total}] {load} seed {seed} {policy} ({elapsed})")
         prompts, trace = inputs
+        started = timeline.now()
         info, measured, part, drift = one_run(
             bench, replace(spec, policy=policy), prompts, trace, folder, pricing
         )
+        bench.log(timeline.run_done(timeline.now() - started))
         tags = {"load": load, "seed": seed, "policy": policy}
         rows += [{**tags, "kind": kind, **m} for kind, m in measured.items()]
         runs.append({**tags, "folder": str(folder.relative_to(bench.out)), **info})
@@ -275,31 +299,16 @@ def serve_triple(
     return (rows, runs, parts), triple
 
 
-class _Progress:
-    """`[k/n] what (elapsed, ~ETA left)`: the ETA extrapolates the triples so far (their
-    simulations included), not the set-up; n grows by a triple's runs when it is re-run."""
-
-    def __init__(self, bench: Bench, total: int) -> None:
-        self.bench, self.total, self.done = bench, total, 0
-        self.started = time.perf_counter()
-
-    def line(self, what: str) -> str:
-        now = time.perf_counter()
-        left = (now - self.started) / self.done * (self.total - self.done) if self.done else None
-        eta = f", ~{_clock(left)} left" if left is not None else ""
-        self.done += 1
-        return f"[{self.done}/{self.total}] {what} ({_clock(now - self.bench.started)}{eta})"
-
-
 def write_results(
     bench: Bench,
     meta: dict,
     plan: dict,
     measured: tuple[list[dict], list[dict], list[dict]],
     machine_drift: dict,
+    projection: list[dict],
 ) -> dict:
-    """validation.json, comparison.json, diagnostics.json and report.md; the report is also
-    logged."""
+    """validation.json, comparison.json, diagnostics.json (with the `projection` history) and
+    report.md; the report is also logged."""
     rows, runs, parts = measured
     out, frame = bench.out, pd.DataFrame(rows)
     results = validation_json(frame)
@@ -311,7 +320,12 @@ def write_results(
     )
     write_json(
         out / "diagnostics.json",
-        {"meta": meta, "runs": runs, "attribution": attr.to_dict(orient="records")},
+        {
+            "meta": meta,
+            "projection": projection,
+            "runs": runs,
+            "attribution": attr.to_dict(orient="records"),
+        },
     )
     text = report_markdown(meta, plan, runs, results, comp, attr, machine_drift)
     write_with(out / "report.md", lambda tmp: tmp.write_text(text + "\n"))

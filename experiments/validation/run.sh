@@ -27,10 +27,12 @@ quiet() {
 # reference pass of a fixed shape outside the run's clock, each step of a run's simulations is
 # priced by the run's speed trace (its reference passes, windows of 5), and a triple with a run
 # whose core moved faster than its trace follows (unfollowed drift beyond 10%) is re-run once
-# (at most 3 re-runs a study); a warm-up request per policy precedes the calibration. v26-v28
-# are three consecutive default runs, each after its own wait for a quiet machine. Earlier
+# (at most 3 re-runs a study, each only while the projected total with it fits the 22-minute
+# budget; the projection is logged after the profiling phase and after every run); a warm-up
+# request per policy precedes the calibration. v26-v28 are three consecutive default runs, each
+# after its own wait for a quiet machine; v29-v30 the two pre-registered after them. Earlier
 # reports (v2-v25) are in the git history (commit 336d5cc), each with its rule in README.md there.
-for v in ${RUNS:-v26 v27 v28}; do
+for v in ${RUNS:-v29 v30}; do
   quiet
   $DSIM validate --out "experiments/validation/$v"
 done

@@ -38,13 +38,15 @@ def drafter_kind(draft_cost: str) -> str:
     return "auto" if path is None else str(_sidecar(path).get("drafter_kind", "auto"))
 
 
-def check(profile: str, draft_cost: str, fix: str) -> None:
+def check(profile: str, draft_cost: str, fix: str, meta: dict[str, Any] | None = None) -> None:
     """Refuse a drafter profile whose sidecar names another target model, GPU or TP degree
-    than `profile`'s sidecar (a setting either sidecar leaves out is not compared)."""
+    than `profile`'s sidecar (`meta` when it is not written yet; a setting either sidecar
+    leaves out is not compared)."""
     path = spec_grammar.draft_cost(draft_cost).profile
     if path is None:
         return
-    drafter, target = _setup(_sidecar(path)), _setup(_sidecar(profile))
+    drafter = _setup(_sidecar(path))
+    target = _setup(_sidecar(profile) if meta is None else meta)
     differ = [k for k in drafter if k in target and drafter[k] != target[k]]
     if differ:
         raise InputError(

@@ -4,6 +4,7 @@ the window check on the load axis and the plots' names, colours and labels."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -200,6 +201,89 @@ def test_a_layout_sweep_reports_per_layout_and_per_gpu(tmp_path: Path) -> None:
     assert "KV budget the profile's (its sidecar's `memory.kv_capacity_tokens`)" in report
     front = pd.read_parquet(tmp_path / "out" / "frontier.parquet")
     assert set(front["layout"]) == {"disagg 1:1", "disagg off"}
+
+
+# --- [layout] bundles: each profile with its own drafter cost ------------------------------
+
+ROOT = Path(PROFILE).parent
+EAGLE3 = str(ROOT / "h200-qwen3-8b-eagle3-roofline.csv")  # priced beside qwen3-8b, h200, tp1
+DEEPSEEK = str(ROOT / "h200x8-deepseek-v3-fp8-roofline.csv")  # deepseek-v3, h200, tp8
+MTP = str(ROOT / "h200x8-deepseek-v3-fp8-mtp-roofline.csv")  # priced beside DEEPSEEK
+
+
+def _bundles(entries: str, draft_cost: str = EAGLE3) -> str:
+    return BASE.replace(f'profile = "{PROFILE}"', f'draft_cost = "{draft_cost}"').replace(
+        "[load]", f"[layout]\nprofile = [{entries}]\n[load]"
+    )
+
+
+def test_a_drafter_priced_for_another_target_is_refused_in_one_line(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """A layout naming only a profile takes run.draft_cost; a drafter profile whose sidecar
+    names another model/GPU/TP than that profile's is one line naming both files and the
+    bundle that fixes it, exit 2, nothing written."""
+    from conftest import run_cli
+
+    config = _config(tmp_path, _bundles(f'"{PROFILE}", "{DEEPSEEK}"'))
+    out = tmp_path / "out"
+    code, _, err = run_cli(monkeypatch, capsys, "pareto", "--config", str(config),
+                           "--out", str(out), "--no-progress")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "layout.profile: drafter profile" in err and "differ in model, tp" in err
+    assert (
+        "h200-qwen3-8b-eagle3-roofline.json" in err and "h200x8-deepseek-v3-fp8-roofline.js" in err
+    )
+    assert f'profile = [{{ profile = "{DEEPSEEK}", draft_cost = "DRAFTER.csv" }}' in err
+    # the same drafter in [run] beside the other target alone: refused under run.draft_cost
+    alone = BASE.replace(PROFILE, DEEPSEEK).replace("[run]", f'[run]\ndraft_cost = "{EAGLE3}"')
+    with pytest.raises(InputError, match=r"run.draft_cost: drafter profile .* differ in model"):
+        load_config(_config(tmp_path, alone))
+    # a bundle that pairs mismatched files itself is refused too
+    crossed = _bundles(f'{{ profile = "{PROFILE}", draft_cost = "{MTP}" }}')
+    with pytest.raises(InputError, match=r"layout.profile: drafter profile .*mtp-roofline.csv"):
+        load_config(_config(tmp_path, crossed))
+
+
+def test_a_layout_bundle_carries_its_own_drafter_and_enters_the_key(tmp_path: Path) -> None:
+    text = _bundles(f'"{PROFILE}", {{ profile = "{DEEPSEEK}", draft_cost = "{MTP}", '
+                    'drafter_kind = "ar" }')  # fmt: skip
+    cfg = load_config(_config(tmp_path, text))
+    assert [lay.label for lay in cfg.layouts] == [
+        "profile h200-qwen3-8b-roofline",
+        "profile h200x8-deepseek-v3-fp8-roofline, draft h200x8-deepseek-v3-fp8-mtp-roofline, "
+        "kind ar",
+    ]
+    runs = {(s.profile, s.draft_cost, s.drafter_kind, cfg.layout_of(s)) for _, _, s in cfg.specs()}
+    assert runs == {
+        (PROFILE, EAGLE3, "auto", cfg.layouts[0].label),
+        (DEEPSEEK, MTP, "ar", cfg.layouts[1].label),
+    }
+    # a changed drafter is a new point: another file, or the same path with other contents
+    spec = cfg.specs()[0][2]
+    drafter = tmp_path / "drafter.csv"
+    drafter.write_bytes(Path(EAGLE3).read_bytes())
+    drafter.with_suffix(".json").write_bytes(Path(EAGLE3).with_suffix(".json").read_bytes())
+    mine = replace(spec, draft_cost=str(drafter))
+    keys = {sweep.point_key(spec), sweep.point_key(mine)}
+    drafter.write_text(drafter.read_text().replace("1.185", "1.186", 1))  # one price
+    keys.add(sweep.point_key(mine))
+    keys.add(sweep.point_key(replace(mine, drafter_kind="ar")))
+    assert len(keys) == 4
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('{ draft_cost = "ratio:0.1" }', "layout.profile: a { ... } entry needs profile"),
+        (f'{{ profile = "{PROFILE}", colour = 1 }}', "layout.profile.colour: unknown key"),
+        (f'{{ profile = "{PROFILE}", draft_cost = 0.1 }}', "layout.profile: expected a non-empty"),
+        (f'"{PROFILE}", {{ profile = "{PROFILE}" }}', "layout.profile: lists a value twice"),
+    ],
+)
+def test_bad_bundles_are_one_line_errors(tmp_path: Path, entry, message) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace("{", r"\{")):
+        load_config(_config(tmp_path, _bundles(entry, "ratio:0.1")))
 
 
 # --- the window on the load axis --------------------------------------------------------

@@ -146,6 +146,61 @@ def test_a_tier_no_configuration_meets_names_the_closest(monkeypatch, capsys, tm
     assert "tps_p50 < 100000" in report
 
 
+def test_each_tp_gets_its_own_drafter_estimate(monkeypatch, capsys, tmp_path):
+    """--draft-model builds a drafter estimate beside each target's: two TP degrees, two
+    drafter profiles (priced beside tp1 and tp2), and every point runs its own target's."""
+    out = tmp_path / "p"
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out), "--budget", "2",
+                           "--model", "qwen3-8b", "--tp", "1,2", "--draft-model", "eagle3",
+                           "--tier", "t:ttft_p99_s=5", *SMALL)  # fmt: skip
+    assert code == 0, err
+    drafters = {tp: out / "profiles" / f"h200-qwen3-8b-tp{tp}-vllm-eagle3-roofline.csv"
+                for tp in (1, 2)}  # fmt: skip
+    for tp, path in drafters.items():
+        meta = json.loads(path.with_suffix(".json").read_text())
+        assert meta["parallel"]["tp"] == tp and meta["draft_model"] == "eagle3"
+    plan = pd.read_csv(out / "plan.csv")
+    assert dict(zip(plan["tp"], plan["draft_cost"], strict=True)) == {
+        tp: path.name for tp, path in drafters.items()
+    }
+    assert set(plan["drafter_kind"]) == {"ar"}
+    runs = set()
+    for summary in (out / "points").glob("*/summary.json"):
+        spec = json.loads(summary.read_text())["spec"]
+        runs.add((spec["profile"], spec["draft_cost"], spec["drafter_kind"]))
+    assert runs == {
+        (str(out / "profiles" / f"h200-qwen3-8b-tp{tp}-vllm-roofline.csv"), str(path), "ar")
+        for tp, path in drafters.items()
+    }
+
+
+EAGLE3 = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-eagle3-roofline.csv")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--model", "qwen3-8b", "--tp", "1,2", "--draft-cost", EAGLE3),
+         "is qwen3-8b on h200 tp2 (h200-qwen3-8b-tp2-vllm-roofline.json): they differ in tp; "
+         "give --draft-model"),
+        (("--profile", "profiles/h200x8-deepseek-v3-fp8-roofline.csv", "--draft-cost", EAGLE3),
+         "(h200-qwen3-8b-eagle3-roofline.json), but profile profiles/h200x8-deepseek-v3-fp8-"
+         "roofline.csv is deepseek-v3 on h200 tp8"),
+        (("--model", "qwen3-8b", "--draft-model", "eagle3", "--draft-cost", "0"), "not both"),
+        (("--profile", "profiles/h200-qwen3-8b-roofline.csv", "--draft-model", "eagle3"),
+         "with --profile give --draft-cost"),
+        (("--model", "qwen3-8b", "--draft-model", "eagle9"), "--draft-model: unknown 'eagle9'"),
+    ],
+    ids=["other-tp", "other-model", "both", "profile", "unknown"],
+)  # fmt: skip
+def test_a_drafter_priced_for_another_target_is_refused(monkeypatch, capsys, tmp_path, args, says):
+    out = tmp_path / "p"
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out), "--budget", "8",
+                           "--tier", "t:ttft_p99_s=5", *args, "--no-progress")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -22,7 +22,9 @@ Layout (every key but `policies` and the load axis is optional)::
     [layout]                          # optional, crossed with the load axis and each other
     disagg = ["2:6", "3:5", "off"]    # P:D splits ("off": run.replicas colocated replicas)
     # replicas = [2, 4]               # colocated replicas
-    # profile = ["a.csv", "b.csv"]    # step-time profiles (TP degrees, engines)
+    # profile = ["a.csv", "b.csv"]    # step-time profiles (TP degrees, engines); an entry
+                                      # may be a bundle with its own drafter cost:
+    # profile = [{ profile = "a.csv", draft_cost = "a-eagle3.csv", drafter_kind = "ar" }]
 
     [sla]
     anchors = [40, 80]                # minimum per-user tok/s
@@ -42,7 +44,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, get_args, get_type_hints
 
-from dsim import bench_names, spec_grammar
+from dsim import bench_names, bundles, spec_grammar
 from dsim.checks import check_number
 from dsim.cluster.topology import layout as cluster_layout
 from dsim.errors import InputError
@@ -55,6 +57,7 @@ from dsim.sla import read as read_sla
 LOAD_AXES = ("rate_scale", "max_seqs", "replicas")
 INTEGER_AXES = ("max_seqs", "replicas")
 LAYOUT_AXES = ("disagg", "replicas", "profile")
+BUNDLE_KEYS = ("profile", "draft_cost", "drafter_kind")  # a `[layout] profile` entry's table
 BEST_FIXED = "best-fixed"  # the baseline that is the upper envelope of the fixed:K policies
 COLOCATED = "off"  # a `[layout] disagg` entry: no disaggregation
 _TOP_KEYS = {"description", "policies", "baseline", "seeds", "run", "load", "layout", "sla"}
@@ -94,8 +97,13 @@ class SweepConfig:
             for policy in self.policies
             for layout in self.layouts or (Layout(()),)
         )
-        ratio = spec_grammar.draft_cost(self.base.draft_cost).ratio  # checked with the config
-        return tuple(dict.fromkeys(line for s in specs for line in spec_warnings(s, ratio)))
+        return tuple(
+            dict.fromkeys(
+                line  # each spec's drafter cost, checked with the config
+                for s in specs
+                for line in spec_warnings(s, spec_grammar.draft_cost(s.draft_cost).ratio)
+            )
+        )
 
     def specs(self) -> list[tuple[str, float, RunSpec]]:
         """(policy, load, spec) for every point: policies outer, then layouts, loads
@@ -119,11 +127,12 @@ class SweepConfig:
         ]
 
     def layout_of(self, spec: RunSpec) -> str:
-        """The label of the layout `spec` runs ("" without a [layout] table)."""
-        for layout in self.layouts:
-            if all(spec.as_dict()[k] == v for k, v in layout.fields.items()):
-                return layout.label
-        return ""
+        """The label of the layout `spec` runs ("" without a [layout] table): of the layouts
+        whose fields it has, the one that sets the most (a profile's bundle, not the profile
+        alone)."""
+        fields = spec.as_dict()
+        runs = [lay for lay in self.layouts if all(fields[k] == v for k, v in lay.fields.items())]
+        return max(runs, key=lambda lay: len(lay.values)).label if runs else ""
 
 
 @dataclass(frozen=True)
@@ -138,8 +147,17 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """`disagg 2:6`, `profile NAME` (the file's stem), joined by commas."""
-        return ", ".join(f"{k} {Path(v).stem if k == 'profile' else v}" for k, v in self.values)
+        """`disagg 2:6`, `profile NAME`, `draft NAME` (files by their stem), joined by commas."""
+        return ", ".join(f"{_LABELS.get(k, k)} {_label_value(k, v)}" for k, v in self.values)
+
+
+_LABELS = {"draft_cost": "draft", "drafter_kind": "kind"}
+
+
+def _label_value(key: str, value: Any) -> str:
+    if key == "profile" or (key == "draft_cost" and spec_grammar.draft_cost(value).profile):
+        return Path(value).stem
+    return str(value)
 
 
 def _axis(cfg: SweepConfig, load: float) -> float | int:
@@ -185,6 +203,8 @@ def load_config(path: str | Path) -> SweepConfig:
     _check_inputs(check, base)
     for layout in layouts:
         _check_inputs(check, replace(base, **layout.fields), "layout")
+    for layout in layouts or (Layout(()),):
+        _check_bundle(check, replace(base, **layout.fields), layout)
     check_window(check, base, axis, loads)
     return SweepConfig(
         path,
@@ -220,6 +240,22 @@ def _check_inputs(check: _Checker, spec: RunSpec, key: str | None = None) -> Non
     except InputError as exc:
         field = getattr(exc, "field", None) or "run"
         check.fail(key or _FIELD_KEYS.get(field, f"run.{field}"), str(exc))
+
+
+def _check_bundle(check: _Checker, spec: RunSpec, layout: Layout) -> None:
+    """A drafter profile priced for another target than the point's profile is refused,
+    naming both files; the fix is a layout entry that bundles the profile with its drafter."""
+    if "draft_cost" in layout.fields:
+        key, fix = "layout.profile", "pair this profile with a drafter priced for it"
+    elif "profile" in layout.fields:
+        key = "layout.profile"
+        fix = (f'give it its own drafter: profile = [{{ profile = "{spec.profile}", '
+               'draft_cost = "DRAFTER.csv" }, ...] (dsim profile --roofline GPU --model M --tp N '
+               '--draft-model D writes one), or run.draft_cost = "ratio:X"')  # fmt: skip
+    else:
+        key = "run.draft_cost"
+        fix = "name a drafter profile priced for run.profile, or ratio:X"
+    check.wrap(key, lambda: bundles.check(spec.profile, spec.draft_cost, fix))
 
 
 class _Checker:
@@ -343,13 +379,26 @@ class _Checker:
         for key, values in table.items():
             kind = int if key == "replicas" else str
             ok = isinstance(values, list) and values
-            if not ok or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+            entries = [self.bundle(v) if key == "profile" and isinstance(v, dict) else ((key, v),)
+                       for v in (values if ok else [])]  # fmt: skip
+            if not ok or not all(
+                isinstance(v, kind) and not isinstance(v, bool) for e in entries for _, v in e
+            ):
                 what = "integers" if kind is int else "strings"
-                self.fail(f"layout.{key}", f"expected a non-empty list of {what}")
-            if len(set(values)) != len(values):
+                also = " (or { profile, draft_cost, drafter_kind } tables)" * (key == "profile")
+                self.fail(f"layout.{key}", f"expected a non-empty list of {what}{also}")
+            if len(set(entries)) != len(entries):
                 self.fail(f"layout.{key}", "lists a value twice")
-            axes.append([(key, v) for v in values])
-        return tuple(Layout(tuple(combo)) for combo in product(*axes)) if axes else ()
+            axes.append(entries)
+        return tuple(Layout(sum(combo, ())) for combo in product(*axes)) if axes else ()
+
+    def bundle(self, entry: dict) -> tuple[tuple[str, Any], ...]:
+        """A `[layout] profile` entry's table: a profile with its own drafter cost (and the
+        drafter kind that prices it), as the RunSpec fields it sets."""
+        self.keys(entry, BUNDLE_KEYS, "layout.profile.")
+        if "profile" not in entry:
+            self.fail("layout.profile", 'a { ... } entry needs profile = "FILE"')
+        return tuple((k, entry[k]) for k in BUNDLE_KEYS if k in entry)
 
     def vllm_names(self, run: dict) -> dict:
         """[run] with vLLM's names (`max_num_seqs`, ...) read as the fields they mean."""

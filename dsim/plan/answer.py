@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from dsim import spec_grammar
 from dsim.plan.search import Curve
 from dsim.plan.tiers import Tier
 
@@ -57,6 +59,12 @@ def answer(curve: Curve, tier: Tier, seeds: int, closed: bool) -> Answer:
     return Answer(tier, curve, best, rate, _mean(rows, "throughput_tok_s"), miss)
 
 
+def _drafter(draft_cost: str) -> str:
+    """A drafter profile by its file name (estimates lie in the plan's profiles/), else as
+    given."""
+    return Path(draft_cost).name if spec_grammar.draft_cost(draft_cost).profile else draft_cost
+
+
 def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.DataFrame:
     """One row per tier and configuration, best first within each tier: by GPUs for the
     target rate when there is one, else by rate per GPU; those that miss the tier after, the
@@ -68,6 +76,7 @@ def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.D
         rows.append({
             "tier": a.tier.name, "sla": a.tier.bounds, "config": c.label,
             "gpu": c.target.gpu, "tp": c.target.tp, "engine": c.target.engine,
+            "draft_cost": _drafter(c.target.draft_cost), "drafter_kind": c.target.drafter_kind,
             "layout": c.layout.label, "policy": c.policy, "k": c.gamma,
             "max_num_seqs": c.max_seqs, "gpus": c.gpus, "met": a.index is not None,
             "max_load": a.load, "step": a.step, "at_bracket_top": a.at_top,

@@ -51,7 +51,18 @@ CLOSED_LOOP = _opt(
     False, "Load is the number of closed-loop clients, not the arrival rate.", TRAFFIC
 )
 ACCEPTANCE = _opt(DEFAULT_ACCEPTANCE, "Acceptance spec (as dsim run).", TRAFFIC)
-DRAFT_COST = _opt(default("draft_cost"), "Drafter pass cost (as dsim run).", TRAFFIC)
+DRAFT_COST = _opt(
+    None,
+    f"Drafter pass cost (as dsim run; default {default('draft_cost')}): a drafter profile must "
+    "be priced for every target (its sidecar's model, GPU and TP).",
+    TRAFFIC,
+)
+DRAFT_MODEL = _opt(
+    None,
+    "Drafter to estimate beside each target (eagle, eagle3, mtp, dspark): each target's runs "
+    "price their drafter with its own estimate (not with --profile).",
+    TRAFFIC,
+)
 DRAFT_PATH = _opt(None, "Drafter weights for the launch command.", TRAFFIC)
 SEEDS = _opt(3, "Seeds per point.", RUNS)
 REQUESTS = _opt(2000, "Requests per point.", RUNS)
@@ -90,6 +101,7 @@ def options(v: dict[str, Any]) -> Options:
         rate=None if v["rate"] is None else spec_grammar.number(str(v["rate"]), "--rate", gt=0),
         acceptance=v["acceptance"],
         draft_cost=v["draft_cost"],
+        draft_model=v["draft_model"],
         seeds=_count(v["seeds"], "--seeds", ge=1, le=64),
         requests=_count(v["requests"], "--requests", ge=1),
         step=v["step"],
@@ -116,7 +128,8 @@ def plan(
     rate: float | None = RATE,
     closed_loop: bool = CLOSED_LOOP,
     acceptance: str = ACCEPTANCE,
-    draft_cost: str = DRAFT_COST,
+    draft_cost: str | None = DRAFT_COST,
+    draft_model: str | None = DRAFT_MODEL,
     draft_model_path: str | None = DRAFT_PATH,
     seeds: int = SEEDS,
     requests: int = REQUESTS,

@@ -24,7 +24,7 @@ from dsim.pareto.sweep import check_executor
 from dsim.plan import answer, grid, report, search, space, targets
 from dsim.plan.tiers import Tier
 from dsim.run_inputs import load_spec_workload, reading, resolve_engine
-from dsim.run_spec import RunSpec
+from dsim.run_spec import RunSpec, default
 from dsim.size_gate import WorkSize, check_size
 
 OWNERS = ("plan.csv", "points")  # what marks a folder as a plan's (points: an interrupted one)
@@ -49,7 +49,8 @@ class Options:
     closed: bool
     rate: float | None  # the target rate, req/s
     acceptance: str
-    draft_cost: str
+    draft_cost: str | None  # None: not given (each target's drafter estimate, or the default)
+    draft_model: str | None  # the drafter estimated beside each target (--draft-model)
     seeds: int
     requests: int
     step: float
@@ -59,7 +60,7 @@ class Options:
 @dataclass(frozen=True)
 class Plan:
     options: Options
-    base: RunSpec  # what every point shares: traffic, acceptance, drafter cost
+    base: RunSpec  # what every point shares: traffic and acceptance
     traffic: grid.Traffic
     estimates: tuple[targets.Estimate, ...]
     configs: tuple[space.Config, ...]
@@ -86,12 +87,11 @@ def _closed_trace(o: Options, clients: int) -> str:
 def _traffic(o: Options) -> tuple[RunSpec, grid.Traffic, list[str]]:
     """The shared spec and the trace read once: its mean lengths and rate at scale 1."""
     if o.closed:
-        base = RunSpec(trace=o.trace, acceptance=o.acceptance, draft_cost=o.draft_cost)
+        base = RunSpec(trace=o.trace, acceptance=o.acceptance)
         workload = load_spec_workload(replace(base, trace=_closed_trace(o, 1)))
     else:
         trace, cap = bench_names.trace_spec(o.trace, {"num_prompts": o.requests})
-        base = RunSpec(trace=trace, max_requests=cap, acceptance=o.acceptance,
-                       draft_cost=o.draft_cost)  # fmt: skip
+        base = RunSpec(trace=trace, max_requests=cap, acceptance=o.acceptance)
         workload = load_spec_workload(base)
         if workload.concurrency is not None:
             raise InputError(None, None, f"--trace {o.trace!r} has a closed-loop client "
@@ -111,16 +111,28 @@ def _traffic(o: Options) -> tuple[RunSpec, grid.Traffic, list[str]]:
 def _targets(
     o: Options, out: Path
 ) -> tuple[list[targets.Target], list[targets.Estimate], list[str]]:
-    """The targets as the plan's specs name them (estimates under OUT/profiles/), the
-    estimates still to write, and the --tp values left out."""
+    """The targets as the plan's specs name them (estimates under OUT/profiles/), each with
+    its drafter cost, the estimates still to write, and the --tp values left out."""
+    if o.draft_model is not None and o.draft_cost is not None:
+        raise InputError(None, None, "give --draft-model (a drafter estimate per target) or "
+                         "--draft-cost, not both")  # fmt: skip
+    cost = o.draft_cost or default("draft_cost")
     if o.profiles:
-        return [targets.given(shipped.locate(p)) for p in o.profiles], [], []
+        if o.draft_model is not None:
+            raise InputError(None, None, "--draft-model estimates a drafter beside each --model "
+                             "estimate; with --profile give --draft-cost (a drafter profile "
+                             "priced for every profile, or ratio:X)")  # fmt: skip
+        found = [targets.given(shipped.locate(p)) for p in o.profiles]
+        fix = ("give a drafter profile priced for each --profile (dsim profile --roofline GPU "
+               "--model M --tp N --draft-model D), or --draft-cost ratio:X")  # fmt: skip
+        return [t.with_draft_cost(cost, fix) for t in found], [], []
     if o.model is None or not o.gpus:
         raise InputError(None, None, "give --model and --gpu (estimated here) or --profile FILE")
-    built, notes = targets.estimates(o.gpus, o.model, o.tps, o.engines)
-    folder = out / "profiles"
-    found = [replace(e.target, profile=str(folder / e.target.profile)) for e in built]
-    return found, built, notes
+    built, notes = targets.estimates(o.gpus, o.model, o.tps, o.engines, o.draft_model)
+    if o.draft_model is None:
+        fix = "give --draft-model NAME (a drafter estimate per target) or --draft-cost ratio:X"
+        built = [e.with_draft_cost(cost, fix) for e in built]
+    return [e.named_in(out / "profiles") for e in built], built, notes
 
 
 def _size(o: Options, configs: list[space.Config], requests: int, jobs: int) -> WorkSize:
@@ -142,15 +154,11 @@ def _grids(
     """Each configuration read as its runs will read it (a bad policy, K or drafter cost is
     one line now), and its load grid from its bracket; estimates read from a scratch copy."""
     with tempfile.TemporaryDirectory(prefix="dsim-plan-") as tmp:
-        scratch = {}
-        for e in built:
-            scratch[e.target.profile] = e.write(Path(tmp)).profile
+        scratch = {e.profile.name: e.write(Path(tmp)) for e in built}
         grids = []
         for c in plan_configs:
-            spec = c.spec(base)
-            name = Path(spec.profile).name
-            spec = replace(spec, profile=scratch.get(name, spec.profile))
-            engine = resolve_engine(spec)
+            target = scratch.get(Path(c.target.profile).name, c.target)
+            engine = resolve_engine(replace(c, target=target).spec(base))
             if traffic.closed:
                 top = float(c.max_seqs * c.layout.split[1])
             else:
@@ -205,6 +213,14 @@ def run_plan(
     return table
 
 
+def _drafters(plan: Plan) -> str:
+    """The drafter cost each target is run with: one for all, or each its own."""
+    costs = {c.target.label: c.target.draft_cost for c in plan.configs}
+    if len(set(costs.values())) == 1:
+        return next(iter(costs.values()))
+    return "per target: " + ", ".join(f"{t} {Path(cost).name}" for t, cost in costs.items())
+
+
 def _about(plan: Plan, ran: int) -> report.About:
     o = plan.options
     if plan.traffic.closed:
@@ -221,7 +237,7 @@ def _about(plan: Plan, ran: int) -> report.About:
         f"{', '.join(f'{p} K{k}' for p, k in o.policies)}; max_num_seqs "
         f"{', '.join(map(str, o.max_seqs))}; step token budgets "
         f"{', '.join('the engine' if b is None else str(b) for b in o.token_budgets)}",
-        f"acceptance {o.acceptance}; drafter cost {o.draft_cost}",
+        f"acceptance {o.acceptance}; drafter cost {_drafters(plan)}",
         f"{o.requests:,} requests a point, {o.seeds} seed{'s' * (o.seeds != 1)}, load grid "
         f"steps of at most {o.step:.0%}; {ran:,} points run or read from the cache",
         f"GPU budget {o.budget}" + (f"; target {o.rate:g} req/s" if o.rate else ""),

@@ -65,10 +65,13 @@ class Config:
         )
 
     def spec(self, base: RunSpec) -> RunSpec:
-        """`base` (traffic, acceptance, drafter cost) run as this configuration."""
+        """`base` (traffic, acceptance) run as this configuration, with its target's bundle
+        (profile, drafter cost and kind)."""
         return replace(
             base,
             profile=self.target.profile,
+            draft_cost=self.target.draft_cost,
+            drafter_kind=self.target.drafter_kind,
             replicas=self.layout.replicas,
             disagg=self.layout.disagg,
             policy=self.policy,

@@ -38,6 +38,13 @@ def drafter_kind(draft_cost: str) -> str:
     return "auto" if path is None else str(_sidecar(path).get("drafter_kind", "auto"))
 
 
+def draft_model(draft_cost: str) -> str | None:
+    """The drafter a drafter profile's sidecar names (`eagle3`, `mtp`, ...; None for a ratio
+    or a file whose sidecar names none)."""
+    path = spec_grammar.draft_cost(draft_cost).profile
+    return None if path is None else _sidecar(path).get("draft_model")
+
+
 def check(profile: str, draft_cost: str, fix: str, meta: dict[str, Any] | None = None) -> None:
     """Refuse a drafter profile whose sidecar names another target model, GPU or TP degree
     than `profile`'s sidecar (`meta` when it is not written yet; a setting either sidecar

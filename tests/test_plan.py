@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -102,6 +102,16 @@ def test_launch_commands_name_the_engine_s_speculative_settings():
     assert any("1 prefill and 3 decode" in n for n in sglang.notes)
     assert launch.launch(_config("vllm", "dspark", 5), "preset:eagle3:chat", None) is None
     assert launch.launch(_config("trtllm", "fixed:3", 3), "preset:eagle3:chat", None) is None
+
+
+def test_the_launch_names_the_drafter_its_profile_was_priced_for():
+    """A configuration whose drafter profile is an EAGLE-1 estimate launches EAGLE-1, whatever
+    drafter the acceptance preset is named for."""
+    c = _config("vllm", "fixed:3", 3)
+    eagle = str(ROOT / "profiles/h200-qwen3-8b-eagle-roofline.csv")
+    c = replace(c, target=replace(c.target, draft_cost=eagle))
+    got = launch.launch(c, "preset:dspark:chat", "/w/eagle").commands[0]
+    assert '"method": "eagle"' in got and "draft_model" not in got
 
 
 def test_policy_runs_cross_k_once_per_policy():

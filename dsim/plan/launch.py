@@ -4,15 +4,16 @@
 vLLM and SGLang ship plain decoding and a fixed number of drafts per round (vLLM's
 `num_speculative_tokens`, SGLang's `--speculative-num-steps`), MTP-1 included; neither ships a
 per-request verify length chosen each round (dspark, dspark-async, goodput, threshold:h) nor
-the clairvoyant oracle. The drafter comes from the acceptance spec (`preset:DRAFTER:DOMAIN`);
-its weights are the user's to name (`--draft-model-path`)."""
+the clairvoyant oracle. The drafter is the one the configuration's drafter profile was priced
+for (its sidecar's `draft_model`), else the acceptance spec's (`preset:DRAFTER:DOMAIN`); its
+weights are the user's to name (`--draft-model-path`)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from dsim import spec_grammar
+from dsim import bundles, spec_grammar
 from dsim.plan.space import Config
 
 # dsim's model names -> the Hugging Face repositories they describe (dsim.hardware.zoo).
@@ -99,7 +100,7 @@ def launch(c: Config, acceptance: str, draft_path: str | None) -> Launch | None:
     build = BUILDERS.get(c.target.engine)
     if build is None or not shipped(c.policy, c.target.engine):
         return None
-    draft = drafter(acceptance)
+    draft = bundles.draft_model(c.target.draft_cost) or drafter(acceptance)
     model = HF_NAMES.get(c.target.model, c.target.model)
     notes = []
     p, d = c.layout.split

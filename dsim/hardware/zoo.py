@@ -11,6 +11,7 @@ so it also covers models transformers' measurement path does not build here (MoE
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,10 @@ ZOO["llama3.1-8b"] = {
     ),
 }
 
+# meta-llama/Llama-3.1-70B-Instruct: the architecture Llama-3.3-70B kept (config.json alike
+# but for the weights' training), so the estimate prices the two alike.
+ZOO["llama3.1-70b"] = ZOO["llama3.3-70b"]
+
 CONFIG_TYPES = ("llama", "qwen3")  # the model_type values a transformers config is built for
 
 NON_GATED = ("bloom", "gpt2", "gpt_neox", "opt", "falcon")  # plain two-matrix MLPs
@@ -222,7 +227,9 @@ def load_fields(model: str) -> tuple[dict[str, Any], str]:
     if path.suffix == ".json" or path.is_dir():
         return _read_config_json(path), str(path)
     known = ", ".join(ZOO)
-    raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
+    near = difflib.get_close_matches(model.lower(), ZOO, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise InputError(None, None, f"unknown model {model!r}; {hint}known: {known}, or a config.json")
 
 
 def max_position(model: str) -> int | None:

@@ -267,3 +267,39 @@ def test_an_unknown_model_is_refused_with_the_nearest_name(
     assert code == 2 and err.count("\n") == 1 and f"unknown model {name!r}" in err
     assert (hint in err) if hint else "did you mean" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("model", "total", "active"),
+    [
+        ("qwen3-32b", 32.8e9, 32.8e9),  # Qwen3's model card: 32.8B
+        ("qwen3-235b-a22b", 235e9, 22e9),
+        ("kimi-k2", 1.03e12, 32.9e9),  # "1T total, 32B activated" (Kimi-K2's card, rounded)
+    ],
+)
+def test_new_models_count_their_published_parameters(model, total, active):
+    got = zoo.load_arch(model).param_counts()
+    assert got == pytest.approx((total, active), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("args", "fits"),
+    [
+        (["--model", "qwen3-32b"], True),
+        (["--model", "qwen3-235b-a22b", "--tp", "8", "--ep", "8", "--dtype", "fp8"], True),
+        (["--model", "kimi-k2", "--tp", "8", "--ep", "8", "--dtype", "fp8"], True),
+        (["--model", "qwen3-235b-a22b"], False),  # 438 GiB of bf16 weights on one GPU
+        (["--model", "kimi-k2", "--tp", "4", "--ep", "4", "--dtype", "fp8"], False),
+    ],
+)
+def test_new_models_estimate_or_are_refused_by_the_memory_rule(
+    monkeypatch, capsys, tmp_path, args, fits
+):
+    out = tmp_path / "p.csv"
+    argv = ["profile", "--roofline", "h200", *args, "--contexts", "2048", "--out", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
+    if fits:
+        assert code == 0 and out.exists()
+        return
+    assert code == 2 and err.count("\n") == 1 and "leaving no KV cache" in err, err
+    assert list(tmp_path.iterdir()) == []

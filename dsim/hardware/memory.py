@@ -47,7 +47,7 @@ SGLANG_SOURCE = (
     "90 GiB of GPU memory (H100, A100), (12 + TP/2) GiB below 160 GiB (H20, H200), 32 GiB "
     "above (B200, MI300) (sgl-project/sglang python/sglang/srt/server_args.py since PR #7054, "
     "2025-06-10; the dynamic default at commit 11e7c9e0e6535eefdebafc28bc5bbf0d998a1e16, "
-    "issue #29092; SGLang 0.4 had 0.88/0.87/0.85/0.81/0.79 by TP 1/2/4/8/16); "
+    "sgl-project/sglang #29092; SGLang 0.4 had 0.88/0.87/0.85/0.81/0.79 by TP 1/2/4/8/16); "
     "--kv-cache-dtype auto: the model's dtype"
 )
 

@@ -202,6 +202,41 @@ ZOO["llama3.1-8b"] = {
     ),
 }
 
+# Fields as in each model's published config.json: Qwen/Qwen3-32B (32.8B), Qwen/Qwen3-235B-A22B
+# (235B total, 22B active), moonshotai/Kimi-K2-Instruct (DeepSeek-V3's architecture with 384
+# routed experts, one dense layer and 64 heads: 1T total, 32B active).
+ZOO["qwen3-32b"] = dict(
+    model_type="qwen3",
+    hidden_size=5120,
+    num_hidden_layers=64,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=25600,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+ZOO["qwen3-235b-a22b"] = {
+    **ZOO["qwen3-30b-a3b"],
+    "hidden_size": 4096,
+    "num_hidden_layers": 94,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+}
+ZOO["kimi-k2"] = {
+    **ZOO["deepseek-v3"],
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "n_routed_experts": 384,
+    "first_k_dense_replace": 1,
+    "vocab_size": 163840,
+    "max_position_embeddings": 131072,
+}
 # meta-llama/Llama-3.1-70B-Instruct: the architecture Llama-3.3-70B kept (config.json alike
 # but for the weights' training), so the estimate prices the two alike.
 ZOO["llama3.1-70b"] = ZOO["llama3.3-70b"]

@@ -230,6 +230,7 @@ def test_a_profile_mostly_over_memory_is_warned_about(monkeypatch, capsys, tmp_p
     code, stdout, err = run_cli(monkeypatch, capsys, "profile", *args, "--out", str(out))
     assert code == 0 and out.exists() and "wrote" in stdout
     assert err.count("\n") == 1 and "354 of 642 rows need more KV than the 19581 tokens" in err
+    assert "raise --tp, --kv-dtype fp8 or give shorter --contexts" in err  # weights: fp8 already
     code, _, err = run_cli(monkeypatch, capsys, "profile", *args, "--engine", "trtllm", "--out",
                            str(tmp_path / "t.csv"))  # fmt: skip
     assert code == 0 and err == ""  # 223 of 642: the fp8 cache holds most rows

@@ -353,10 +353,12 @@ def memory_warning(meta: dict, rows: int) -> str | None:
     if 2 * over <= rows:
         return None
     mem = meta["memory"]
+    fixes = ["raise --tp"]
+    fixes += ["use --dtype fp8"] if meta["parallel"]["dtype"] != "fp8" else []
+    fixes += ["--kv-dtype fp8"] if mem["kv_dtype"] != "fp8" else []
     return (
         f"{over} of {rows} rows need more KV than the {mem['kv_capacity_tokens']} tokens "
         f"engine {meta['engine']['name']} keeps for {meta['model']} "
         f"({mem['kv_cache_gib_per_gpu']} GiB of KV cache per GPU, {mem['kv_dtype']}): a run "
-        "never reaches them; raise --tp, use --dtype fp8 or --kv-dtype fp8, or give "
-        "shorter --contexts"
+        f"never reaches them; {', '.join(fixes)} or give shorter --contexts"
     )

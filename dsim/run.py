@@ -137,6 +137,7 @@ def engine_limits(cfg: EngineConfig) -> dict:
         "max_num_batched_tokens": cfg.token_budget,
         "prefill_chunk": cfg.prefill_chunk,
         "prefill_mixing": "mixed" if cfg.mixed_prefill else "separate",
+        "admission": "reserve" if cfg.reserve_output else "recompute",
     }
 
 

@@ -76,6 +76,13 @@ PREFILL_MIXING = option(
     "vLLM) | separate (a step with prefill work decodes nothing, as SGLang).",
     ENGINE,
 )
+ADMISSION = option(
+    "admission",
+    "engine (the profile engine's rule) | recompute (admit on the prompt's KV, preempt the "
+    "newest request by recompute, as vLLM and SGLang) | reserve (admit only when the prompt's "
+    "and every output token's KV is free, never preempt, as TensorRT-LLM).",
+    ENGINE,
+)
 DRAFT_COST = option(
     "draft_cost", "Drafter pass cost: 0 | ratio:X (X times the target) | profile CSV.", SPECULATION
 )
@@ -153,7 +160,8 @@ def show(result: RunResult, title: str) -> None:
     console.print(
         f"engine limits: KV {limits['kv_tokens']:,} tokens; step token budget "
         f"{'none' if budget is None else f'{budget:,}'}; prefill chunk "
-        f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}",
+        f"{limits['prefill_chunk']:,}; prefill {limits['prefill_mixing']}; admission "
+        f"{limits['admission']}",
         highlight=False,
     )
     r = result.summary["engine_round"]
@@ -196,6 +204,7 @@ def run_cmd(
     prefill_chunk: int | None = PREFILL_CHUNK,
     max_num_batched_tokens: int | None = MAX_NUM_BATCHED_TOKENS,
     prefill_mixing: str = PREFILL_MIXING,
+    admission: str = ADMISSION,
     draft_cost: str = DRAFT_COST,
     drafter_kind: str = DRAFTER_KIND,
     sla_tps: float | None = SLA_TPS,

@@ -178,9 +178,9 @@ def engine_config(
     spec: RunSpec, target: Profile, sched: SchedCost, ragged_prior: float
 ) -> EngineConfig:
     """The engine's limits: the spec's where it sets them, else the profile's engine rule
-    (its step token budget, prefill chunk and mixing; the KV capacity its memory leaves; its
-    ragged verify penalty), else the fallbacks a profile without an engine has always run
-    with."""
+    (its step token budget, prefill chunk and mixing; the KV capacity its memory leaves and
+    how it admits requests to it; its ragged verify penalty), else the fallbacks a profile
+    without an engine has always run with."""
     rule = scheduling(target)
     kv = target.sidecar.get("memory", {}).get("kv_capacity_tokens")
     if kv is not None:
@@ -195,6 +195,9 @@ def engine_config(
     mixed = spec.prefill_mixing == "mixed" or (
         spec.prefill_mixing == "engine" and (rule is None or rule.mixed_prefill)
     )
+    reserve = spec.admission == "reserve" or (
+        spec.admission == "engine" and rule is not None and rule.admission == "reserve"
+    )
     return EngineConfig(
         gamma=spec.gamma,
         max_seqs=spec.max_seqs,
@@ -202,6 +205,7 @@ def engine_config(
         prefill_chunk=chunk,
         token_budget=budget,
         mixed_prefill=mixed,
+        reserve_output=reserve,
         fused_prefill=spec.fused_prefill,
         sched=sched,
         ragged_penalty=ragged_prior if spec.ragged_penalty is None else spec.ragged_penalty,

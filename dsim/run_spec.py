@@ -18,6 +18,10 @@ _ENGINE = EngineConfig()  # the engine's own limits are defaulted where the engi
 # engine: the profile's engine rule; mixed: prefill chunks share the decode step (vLLM,
 # TensorRT-LLM); separate: a step with prefill work runs no decode (SGLang's prefill first)
 PREFILL_MIXING = ("engine", "mixed", "separate")
+# engine: the profile's engine rule; recompute: admit on the prompt's KV, preempt by recompute
+# (vLLM, SGLang); reserve: admit on the prompt's and every output token's KV, never preempt
+# (TensorRT-LLM's GUARANTEED_NO_EVICT)
+ADMISSION = ("engine", "recompute", "reserve")
 
 DEFAULT_TRACE = "traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 DEFAULT_PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
@@ -57,6 +61,7 @@ class RunSpec:
     prefill_chunk: int | None = None
     max_num_batched_tokens: int | None = None
     prefill_mixing: str = "engine"  # engine | mixed | separate (PREFILL_MIXING)
+    admission: str = "engine"  # engine | recompute | reserve (ADMISSION)
     draft_cost: str = "ratio:0.1"
     sla_tps: float | None = None
     calibration: str | None = None
@@ -86,6 +91,12 @@ class RunSpec:
                 None,
                 f"--prefill-mixing must be one of {', '.join(PREFILL_MIXING)}, "
                 f"got {self.prefill_mixing!r}",
+            )
+        if self.admission not in ADMISSION:
+            raise InputError(
+                None,
+                None,
+                f"--admission must be one of {', '.join(ADMISSION)}, got {self.admission!r}",
             )
         if self.sla_tps is not None:
             check_number(self.sla_tps, "sla_tps", gt=0)

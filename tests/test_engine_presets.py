@@ -223,9 +223,10 @@ def test_sidecar_memory_is_the_closed_form_and_fp8_kv_halves_it():
     kv = 36 * 2 * 8 * 128 * 2  # layers x (K, V) x KV heads x head_dim x bf16 bytes
     mem = bf16["memory"]
     assert mem["weight_bytes_per_gpu"] == weights and mem["kv_bytes_per_token_per_gpu"] == kv
-    assert mem["kv_capacity_tokens"] == int((0.9 * 141e9 - weights) // kv)
+    h200 = 143771 * 2**20  # bytes, as nvidia-smi reports them
+    assert mem["kv_capacity_tokens"] == int((0.9 * h200 - weights) // kv)
     assert fp8["memory"]["kv_bytes_per_token_per_gpu"] == kv // 2
-    assert fp8["memory"]["kv_capacity_tokens"] == int((0.9 * 141e9 - weights) // (kv // 2))
+    assert fp8["memory"]["kv_capacity_tokens"] == int((0.9 * h200 - weights) // (kv // 2))
     assert fp8["memory"]["kv_dtype"] == "fp8"
 
 
@@ -246,7 +247,10 @@ def test_zoo_llama_3_parameter_counts_match_published():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "llama3.3-70b", "--roofline", "h100"], "llama3.3-70b's weights need 141.1 GB"),
+        (
+            ["--model", "llama3.3-70b", "--roofline", "h100"],
+            "llama3.3-70b's weights need 131.4 GiB",
+        ),
         (["--model", "qwen3-8b", "--roofline", "h200", "--kv-dtype", "int4"], "--kv-dtype must be"),
     ],
 )

@@ -168,6 +168,7 @@ def test_the_summary_names_the_limits_it_ran_with(tmp_path):
         "max_num_batched_tokens": 8192,
         "prefill_chunk": 8192,
         "prefill_mixing": "separate",
+        "admission": "recompute",
     }
 
 

@@ -110,9 +110,9 @@ def test_a_moe_config_that_no_model_has_is_refused(monkeypatch, capsys, tmp_path
             "give contexts up to 40960",
         ),
         (
-            ["h100", "--model", "llama3.3-70b", "--tp", "2", "--contexts", "512,16384"],
-            "--contexts 16384 is beyond the KV tokens the replica's memory holds (8835): give "
-            "contexts up to 8835",
+            ["h100", "--model", "llama3.3-70b", "--tp", "2", "--contexts", "512,65536"],
+            "--contexts 65536 is beyond the KV tokens the replica's memory holds (39162): give "
+            "contexts up to 39162",
         ),
         (
             ["h200", "--model", "qwen3-8b", "--draft-model", "eagle3", "--contexts", "512,50000"],

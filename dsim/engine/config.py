@@ -32,6 +32,11 @@ class EngineConfig:
     token_budget: int | None = None
     # False: a step with prefill work runs no decode round (SGLang schedules prefill first)
     mixed_prefill: bool = True
+    # True: a request is admitted only when the KV blocks of its prompt and of every token it
+    # will emit are free, and holds them until it ends, so no request is ever preempted
+    # (TensorRT-LLM's GUARANTEED_NO_EVICT); False: admitted on its prompt's blocks, the newest
+    # request preempted by recompute when a round's KV does not fit (vLLM, SGLang).
+    reserve_output: bool = False
     # A decode step whose requests verify different lengths (rows at their output cap aside)
     # pays (1 + ragged_penalty) x its target pass, unless it is fused with prefill, which the
     # engines dsim models run without full CUDA graphs anyway (docs/design.md, Ragged verify).

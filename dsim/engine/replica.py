@@ -2,17 +2,18 @@
 
 Each step the replica (1) admits queued requests FCFS under --max-seqs and the paged KV budget,
 (2) makes room in the KV cache for this round's verify tokens, preempting the most recently
-admitted request by recompute if it must, (3) asks the backend for the running requests'
-confidences, the policy for their verify lengths (a synchronous policy adds its scheduling cost
-to the step) and the backend again for the accepted drafts (told back to the policy's
-`observe`; plain decoding, a policy that does not draft, asks the backend for its one token a
-request instead, `Backend.plain`), (4) adds a chunk of prefill work (an engine that schedules
-prefill first runs it in a step of its own, with no decode round), and (5) takes one step
-latency before committing the tokens, as its clock says (`dsim.engine.clock`: the profile's
-latency for the step's verify and prefill work plus the drafter's passes, `LatencyModel.step`
-and `DraftCost`, or the measured wall time of a real-model step). The backend reports what each
-request emitted and whether it emitted an end-of-sequence token; the engine alone applies
-output caps and ends requests.
+admitted request by recompute if it must (an engine that reserves a request's whole KV at
+admission, TensorRT-LLM's rule, needs neither: its rows never grow), (3) asks the backend for
+the running requests' confidences, the policy for their verify lengths (a synchronous policy
+adds its scheduling cost to the step) and the backend again for the accepted drafts (told back
+to the policy's `observe`; plain decoding, a policy that does not draft, asks the backend for
+its one token a request instead, `Backend.plain`), (4) adds a chunk of prefill work (an engine
+that schedules prefill first runs it in a step of its own, with no decode round), and (5) takes
+one step latency before committing the tokens, as its clock says (`dsim.engine.clock`: the
+profile's latency for the step's verify and prefill work plus the drafter's passes,
+`LatencyModel.step` and `DraftCost`, or the measured wall time of a real-model step). The
+backend reports what each request emitted and whether it emitted an end-of-sequence token; the
+engine alone applies output caps and ends requests.
 
 Requests are pushed in (`arrive`, by the arrival source or, for a decode replica, when a
 request's KV has been transferred) and results go to a `Records` object, which every replica
@@ -109,6 +110,10 @@ class Replica:
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         # (ctx + pad) // block_size = kv.blocks_for(ctx + lookahead): a round's KV need
         self.pad = self.lookahead + cfg.block_size - 1
+        # Admission reserves prompt + output (+ a round's lookahead): the blocks of a request's
+        # longest round, held from admission, so no round grows a row. A prefill-only replica
+        # holds only the prompt's KV.
+        self.reserves = cfg.reserve_output and handoff is None
         self.waiting: deque[int] = deque()
         self.kv_ready: set[int] = set()  # pushed with their KV (transferred from a prefill replica)
         self.work = 0
@@ -130,6 +135,9 @@ class Replica:
 
     def _check_fits(self) -> None:
         need = self.w.prompt_tokens + self.w.output_tokens + self.lookahead
+        if self.reserves:  # the whole blocks of its longest round, taken at once
+            size = self.cfg.block_size
+            need = -(-(need - 1) // size) * size
         too_big = np.flatnonzero(need > self.cfg.kv_tokens)
         if len(too_big):
             i = int(too_big[0])
@@ -174,7 +182,9 @@ class Replica:
         while self.waiting and self.running + len(self.prefilling) < self.cfg.max_seqs:
             i = self.waiting[0]
             context = self._context(i)
-            need = self.kv.blocks_for(context + 1)
+            # the blocks of its longest round: context + left - 1 tokens, plus the lookahead
+            extra = self._left(i) + self.lookahead - 1 if self.reserves else 1
+            need = self.kv.blocks_for(context + extra)
             if not self.kv.admit(need):
                 break
             self.waiting.popleft()
@@ -277,7 +287,7 @@ class Replica:
             self._admit()
         # Prefill first (an engine that does not mix): a step with prefill work decodes nothing.
         prefill_only = bool(self.prefilling) and not self.cfg.mixed_prefill
-        if not prefill_only:
+        if not (prefill_only or self.reserves):
             self._reserve_decode_blocks()
         r = 0 if prefill_only else self.running
         takes = self._prefill_chunks(r) if self.prefilling else []

@@ -124,7 +124,12 @@ GRAPH_MODE = typer.Option(
     rich_help_panel=ESTIMATE,
 )
 KV_DTYPE = typer.Option(
-    "bf16", help="KV-cache dtype, bf16 or fp8 (bytes read and held).", rich_help_panel=ESTIMATE
+    "auto",
+    help="KV-cache dtype, bf16 or fp8 (bytes read and held); auto: the engine's default for "
+    "the checkpoint: bf16 for a bf16 checkpoint, and for an fp8 one bf16 under vLLM and "
+    "SGLang (the model's compute dtype) and fp8 under trtllm (NVIDIA's fp8 checkpoints carry "
+    "an fp8 KV cache).",
+    rich_help_panel=ESTIMATE,
 )
 OVERHEAD_SCALE = typer.Option(
     1.0,
@@ -247,14 +252,18 @@ def _estimate(
 ) -> None:  # fmt: skip
     """`--roofline GPU`: write the calibrated estimate of the target's step (or of a drafter's
     pass, `draft_model`) under `engine` (the default if None)."""
-    from dsim.hardware.roofline import write_roofline
+    from dsim.hardware.roofline import memory_warning, write_roofline
+    from dsim.report import warn
 
     c = None if contexts is None else parse_ints(contexts, "--contexts")
     name = DEFAULT_ENGINE if engine is None else engine
     chosen = f"engine {name}" + (" (the default)" if engine is None else "")
     if draft_model is None:
-        df = write_roofline(gpu, model, out, c, command=command, engine=name, **options)
+        df, meta = write_roofline(gpu, model, out, c, command=command, engine=name, **options)
         typer.echo(f"wrote {out} ({len(df)} points, calibrated GPU ESTIMATE, {chosen})")
+        line = memory_warning(meta, len(df))
+        if line is not None:
+            warn(line)
         return
     from dsim.hardware.draft_roofline import get_draft_model, write_drafter_roofline
 

@@ -85,7 +85,7 @@ def drafter_profile(
     dtype: str = "bf16",
     overhead_scale: float = 1.0,
     engine: str = DEFAULT_ENGINE,
-    kv_dtype: str = "bf16",
+    kv_dtype: str = "auto",
     capture_sizes: tuple[int, ...] | None = None,
     graph_mode: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
@@ -94,7 +94,7 @@ def drafter_profile(
     preset, price = estimate_inputs(
         gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype, capture_sizes, graph_mode
     )
-    contexts = grid_contexts(contexts, model, price)
+    contexts = grid_contexts(contexts, model, price, preset)
     terms, spec_round = (
         drafter_terms(preset.terms, overhead_scale),
         preset.spec_round.scaled(overhead_scale),

@@ -21,6 +21,7 @@ from dsim.hardware.gpu_model import GRAPH_MODES, Graphs, SpecRound, StepOverhead
 from dsim.hardware.graph_priors import graphs
 
 DEFAULT_ENGINE = "vllm"
+ADMISSIONS = ("recompute", "reserve")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class Scheduling:
     token_budget: int | None  # tokens per step (prefill + verify); None: no step budget
     prefill_chunk: int | None  # prefill tokens per step; None: what the budget leaves
     source: str
+    # How requests are admitted to the KV cache (ADMISSIONS): "recompute" takes a prompt's
+    # blocks and preempts the newest request by recompute when a decode step's KV does not
+    # fit; "reserve" takes the blocks of prompt + every output token and never preempts.
+    admission: str = "recompute"
 
     @classmethod
     def from_record(cls, record: dict, where: str) -> Scheduling:
@@ -57,7 +62,15 @@ class Scheduling:
                     f"engine.scheduling.{name} must be null or an integer in "
                     f"1..2^31, got {value!r}",
                 )
-        return cls(mixed, budget, chunk, str(record.get("source", "")))
+        admission = record.get("admission", "recompute")  # sidecars before the rule: vLLM's
+        if admission not in ADMISSIONS:
+            raise InputError(
+                where,
+                None,
+                f"engine.scheduling.admission must be one of {', '.join(ADMISSIONS)}, "
+                f"got {admission!r}",
+            )
+        return cls(mixed, budget, chunk, str(record.get("source", "")), admission)
 
 
 @dataclass(frozen=True)
@@ -179,7 +192,10 @@ TRTLLM_SCHEDULING = Scheduling(
     8192,
     None,
     "TensorRT-LLM's in-flight batching puts context and generation requests in one step; "
-    "max_num_tokens defaults to 8192",
+    "max_num_tokens defaults to 8192; its default capacity scheduler, GUARANTEED_NO_EVICT, "
+    "admits a request only when the KV blocks of its prompt and all its output tokens are "
+    "free and never evicts one (SchedulerConfig.capacity_scheduler_policy)",
+    admission="reserve",
 )
 ENGINES: dict[str, str] = {
     "vllm": "vLLM (>= 0.11: async scheduling, full CUDA graphs for decode and verify)",

@@ -41,12 +41,17 @@ class Gpu:
     calibration: str  # the GPU whose measured operators and all-reduces it borrows
 
 
+# Memory as the driver reports it (nvidia-smi memory.total, MiB), which is what the engines'
+# shares are of: the "80 GB" A100 and H100 hold 80 GiB, less what the driver keeps on the H100
+# (modal-labs/modal-client #2797: H100 81559 MiB, A100 80GB 81920 MiB); the "141 GB" H200
+# 143771 MiB (NVIDIA/cuda-samples #311).
+MIB = 2**20
 GPUS: dict[str, Gpu] = {
-    "a100": Gpu(312e12, 312e12, 2.039e12, 80e9, "a100"),  # fp8: weight-only, bf16 math
-    "h100": Gpu(989e12, 1979e12, 3.35e12, 80e9, "h100"),
+    "a100": Gpu(312e12, 312e12, 2.039e12, 81920 * MIB, "a100"),  # fp8: weight-only, bf16 math
+    "h100": Gpu(989e12, 1979e12, 3.35e12, 81559 * MIB, "h100"),
     # H200 = H100's chip (same SMs, clocks, NVLink) with 141 GB of 4.8 TB/s HBM3e: it borrows
     # H100's fitted fractions and all-reduce table; only the bandwidth and memory differ.
-    "h200": Gpu(989e12, 1979e12, 4.8e12, 141e9, "h100"),
+    "h200": Gpu(989e12, 1979e12, 4.8e12, 143771 * MIB, "h100"),
 }
 
 

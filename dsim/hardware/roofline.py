@@ -19,7 +19,7 @@ import pandas as pd
 
 from dsim.checks import check_number
 from dsim.errors import InputError
-from dsim.hardware import engine_fit, gpu_fit, round_fit, zoo
+from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
 from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine, with_graphs
 from dsim.hardware.gpu_model import StepOverhead, get_gpu
@@ -56,10 +56,9 @@ BREAKDOWN = (
     ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
 )
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
-KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
 # An engine this many times slower than its fitted preset is no serving engine (a typo).
 MAX_OVERHEAD_SCALE = 100.0
-GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights + KV cache
+GIB = 2**30
 
 
 def grid(contexts: tuple[int, ...] | list[int] = CONTEXTS) -> pd.DataFrame:
@@ -87,13 +86,6 @@ def parse_dtype(dtype: str) -> str:
         ) from None
 
 
-def parse_kv_dtype(kv_dtype: str) -> str:
-    try:
-        return KV_DTYPES[kv_dtype.lower()]
-    except KeyError:
-        raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {kv_dtype!r}") from None
-
-
 COLUMNS = (
     "batch_tokens",
     "num_seqs",
@@ -106,17 +98,18 @@ COLUMNS = (
 )
 
 
-def _check_weights_fit(model: str, gpu: str, spec, weights: float) -> None:
-    """Refuse a model whose weights leave no room in what a serving engine may use of a GPU."""
-    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
-    if weights >= usable:
+def _check_weights_fit(model: str, gpu: str, spec, weights: float, preset: Engine, tp: int):
+    """Refuse a model whose weights leave no KV cache in what the engine keeps of a GPU."""
+    rule = memory.rule(preset.name)
+    if rule.kv_bytes(spec.memory_bytes, weights, tp) <= 0:
+        share = rule.fraction(spec.memory_bytes, tp)
+        of = "total" if rule.of == "total" else "free memory after weights"
         raise InputError(
             None,
             None,
-            f"{model}'s weights need {weights / 1e9:.1f} GB per GPU, more than the "
-            f"{usable / 1e9:.1f} GB a serving engine may use of {gpu.lower()}'s "
-            f"{spec.memory_bytes / 1e9:.0f} GB (gpu_memory_utilization {GPU_MEMORY_UTILIZATION}): "
-            "raise --tp or use --dtype fp8",
+            f"{model}'s weights need {weights / GIB:.1f} GiB per GPU, leaving no KV cache in "
+            f"{gpu.lower()}'s {spec.memory_bytes / GIB:.1f} GiB under engine {preset.name}'s "
+            f"rule ({share:g} of {of}): raise --tp or use --dtype fp8",
         )
 
 
@@ -150,38 +143,55 @@ def _gpu_record(gpu: str, spec) -> dict:
             "calibrated_on": spec.calibration,
         },
         "transfer": "h200 uses h100's fitted operator efficiencies and all-reduce table (same "
-        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB) differ"
+        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB, 140.4 GiB) differ"
         if gpu.lower() == "h200"
         else "",
     }
 
 
-def _memory_record(spec, par: Parallel, weights: float, kv: float) -> dict:
-    """Weights, KV bytes and the KV capacity a serving engine would size (the sidecar's)."""
-    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes
+def kv_capacity_tokens(preset: Engine, price: Pricing) -> int:
+    """KV tokens the replica holds: the engine's KV bytes per GPU over a token's KV bytes per
+    GPU (each GPU holds its share of every token's KV, so a GPU's count is the replica's)."""
+    arch, par, spec = price.arch, price.par, price.gpu
+    budget = memory.rule(preset.name).kv_bytes(
+        spec.memory_bytes, weight_bytes_per_gpu(arch, par), par.tp
+    )
+    return int(budget // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+
+
+def _memory_record(preset: Engine, price: Pricing, kv_requested: str) -> dict:
+    """Weights, KV bytes and the KV capacity the engine sizes, with its rule (the sidecar's)."""
+    arch, par, spec = price.arch, price.par, price.gpu
+    weights = weight_bytes_per_gpu(arch, par)
+    kv = arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
+    rule = memory.rule(preset.name)
+    budget = rule.kv_bytes(spec.memory_bytes, weights, par.tp)
     return {
         "gpu_memory_bytes": spec.memory_bytes,
-        "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+        "gpu_memory_gib": round(spec.memory_bytes / GIB, 2),
+        **rule.record(spec.memory_bytes, par.tp, par.dtype),
         "weight_bytes_per_gpu": weights,
+        "weight_gib_per_gpu": round(weights / GIB, 2),
         "kv_dtype": par.kv_dtype,
+        "kv_dtype_requested": kv_requested.lower(),
         "kv_bytes_per_token_per_gpu": kv,
-        "kv_capacity_tokens": int((usable - weights) // kv),
-        "note": "KV capacity = (gpu_memory_utilization x memory - weights) / KV bytes per "
-        "token, as vLLM sizes its cache; activations and CUDA graphs' memory are not "
-        "subtracted, so it is an upper bound",
+        "kv_cache_bytes_per_gpu": budget,
+        "kv_cache_gib_per_gpu": round(budget / GIB, 2),
+        "kv_capacity_tokens": kv_capacity_tokens(preset, price),
+        "admission": preset.scheduling.admission,
+        "note": "KV capacity = the KV cache bytes the engine's rule leaves per GPU / KV bytes "
+        "per token per GPU; activations and CUDA graphs' memory are not subtracted beyond "
+        "what the rule sets aside, so it is an upper bound",
     }
 
 
 def grid_contexts(
-    contexts: tuple[int, ...] | list[int] | None, model: str, price: Pricing
+    contexts: tuple[int, ...] | list[int] | None, model: str, price: Pricing, preset: Engine
 ) -> tuple[int, ...]:
     """The grid's KV contexts: the given ones, each within the model's maximum position and
-    the KV one sequence can hold in the replica's memory (a longer one is refused: no engine
+    the KV one sequence can hold in the engine's KV cache (a longer one is refused: no engine
     serves it); by default CONTEXTS up to those limits (docs/design.md, Input limits)."""
-    arch, par, spec = price.arch, price.par, price.gpu
-    weights = weight_bytes_per_gpu(arch, par)
-    usable = GPU_MEMORY_UTILIZATION * spec.memory_bytes - weights
-    capacity = int(usable // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+    capacity = kv_capacity_tokens(preset, price)
     position = zoo.max_position(model)
     limits = [(capacity, "the KV tokens the replica's memory holds")]
     limits += [(position, f"{model}'s max_position_embeddings")] if position else []
@@ -214,7 +224,9 @@ def estimate_inputs(
     estimates alike)."""
     preset = with_graphs(get_engine(engine, gpu.lower()), capture_sizes, graph_mode)
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
-    par = Parallel(tp=tp, ep=ep, dtype=parse_dtype(dtype), kv_dtype=parse_kv_dtype(kv_dtype))
+    weight_dtype = parse_dtype(dtype)
+    kv = memory.rule(preset.name).kv_dtype(kv_dtype, weight_dtype)
+    par = Parallel(tp=tp, ep=ep, dtype=weight_dtype, kv_dtype=kv)
     check_parallel(arch, par)
     measured = gpu_fit.allreduce_table(spec.calibration).fits
     if tp > 1 and tp not in measured:
@@ -228,7 +240,7 @@ def estimate_inputs(
             f"--tp {', '.join(map(str, [1, *sorted(measured)]))}",
         )
     check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
-    _check_weights_fit(model, gpu, spec, weight_bytes_per_gpu(arch, par))
+    _check_weights_fit(model, gpu, spec, weight_bytes_per_gpu(arch, par), preset, tp)
     price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs)
     return preset, price
 
@@ -242,7 +254,7 @@ def roofline_profile(
     dtype: str = "bf16",
     overhead_scale: float = 1.0,
     engine: str = DEFAULT_ENGINE,
-    kv_dtype: str = "bf16",
+    kv_dtype: str = "auto",
     capture_sizes: tuple[int, ...] | None = None,
     graph_mode: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
@@ -251,7 +263,7 @@ def roofline_profile(
         gpu, model, tp, ep, dtype, overhead_scale, engine, kv_dtype, capture_sizes, graph_mode
     )
     arch, par, spec = price.arch, price.par, price.gpu
-    contexts = grid_contexts(contexts, model, price)
+    contexts = grid_contexts(contexts, model, price, preset)
     weights = weight_bytes_per_gpu(arch, par)
     kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
     overhead = preset.terms.scaled(overhead_scale)
@@ -267,7 +279,8 @@ def roofline_profile(
     breakdown = _breakdown(price, overhead)
     device = f"{gpu.lower()}x{tp} (estimate)" if tp > 1 else f"{gpu.lower()} (estimate)"
     df = df.assign(device=device, model=model, dtype=par.dtype)[list(COLUMNS)]
-    over = int(np.sum(weights + df["num_seqs"] * df["context_len"] * kv > spec.memory_bytes))
+    mem = _memory_record(preset, price, kv_dtype)
+    over = int(np.sum(df["num_seqs"] * df["context_len"] > mem["kv_capacity_tokens"]))
     total, active = arch.param_counts()
     meta = {
         "estimate": True,
@@ -282,7 +295,7 @@ def roofline_profile(
         "parallel": {"tp": tp, "ep": ep, "dtype": par.dtype, "gpus": tp},
         "weight_bytes_per_gpu": weights,
         "kv_bytes_per_token_per_gpu": kv,
-        "memory": _memory_record(spec, par, weights, kv),
+        "memory": mem,
         "overhead_scale": overhead_scale,
         "engine": preset.record(overhead_scale),
         "breakdown_ms": breakdown,
@@ -299,8 +312,10 @@ def roofline_profile(
         "attention": "MODELLED: no measured GPU attention-kernel times are available; KV bytes "
         "and score/value flops priced with the linear operators' fitted efficiencies",
         "points_over_memory": over,
-        "note": "points whose weights + KV exceed GPU memory are kept (formula still defined) "
-        "and counted in points_over_memory; a latency is per step on every GPU of the replica",
+        "note": "points whose KV (num_seqs x context_len tokens) exceeds the engine's KV cache "
+        "(memory.kv_capacity_tokens) are kept (formula still defined: a run never reaches "
+        "them) and counted in points_over_memory; a latency is per step on every GPU of the "
+        "replica",
     }
     return df, meta
 
@@ -322,10 +337,28 @@ def write_roofline(
     contexts: tuple[int, ...] | list[int] | None = None,
     command: str = "",
     **options,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, dict]:
     """Compute the estimate and write it (CSV + sidecar labelled as an estimate)."""
     df, meta = roofline_profile(gpu, model, contexts, **options)
     meta["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["command"] = command
     write_profile(df, out, meta)
-    return df
+    return df, meta
+
+
+def memory_warning(meta: dict, rows: int) -> str | None:
+    """One line when most of an estimate's `rows` hold more KV than the engine's cache (a run
+    never reaches them, so most of the profile prices steps no replica runs); else None."""
+    over = meta["points_over_memory"]
+    if 2 * over <= rows:
+        return None
+    mem = meta["memory"]
+    fixes = ["raise --tp"]
+    fixes += ["use --dtype fp8"] if meta["parallel"]["dtype"] != "fp8" else []
+    fixes += ["--kv-dtype fp8"] if mem["kv_dtype"] != "fp8" else []
+    return (
+        f"{over} of {rows} rows need more KV than the {mem['kv_capacity_tokens']} tokens "
+        f"engine {meta['engine']['name']} keeps for {meta['model']} "
+        f"({mem['kv_cache_gib_per_gpu']} GiB of KV cache per GPU, {mem['kv_dtype']}): a run "
+        f"never reaches them; {', '.join(fixes)} or give shorter --contexts"
+    )

@@ -11,6 +11,7 @@ so it also covers models transformers' measurement path does not build here (MoE
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,45 @@ ZOO["llama3.1-8b"] = {
     ),
 }
 
+# Fields as in each model's published config.json: Qwen/Qwen3-32B (32.8B), Qwen/Qwen3-235B-A22B
+# (235B total, 22B active), moonshotai/Kimi-K2-Instruct (DeepSeek-V3's architecture with 384
+# routed experts, one dense layer and 64 heads: 1T total, 32B active).
+ZOO["qwen3-32b"] = dict(
+    model_type="qwen3",
+    hidden_size=5120,
+    num_hidden_layers=64,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=25600,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+ZOO["qwen3-235b-a22b"] = {
+    **ZOO["qwen3-30b-a3b"],
+    "hidden_size": 4096,
+    "num_hidden_layers": 94,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+}
+ZOO["kimi-k2"] = {
+    **ZOO["deepseek-v3"],
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "n_routed_experts": 384,
+    "first_k_dense_replace": 1,
+    "vocab_size": 163840,
+    "max_position_embeddings": 131072,
+}
+# meta-llama/Llama-3.1-70B-Instruct: the architecture Llama-3.3-70B kept (config.json alike
+# but for the weights' training), so the estimate prices the two alike.
+ZOO["llama3.1-70b"] = ZOO["llama3.3-70b"]
+
 CONFIG_TYPES = ("llama", "qwen3")  # the model_type values a transformers config is built for
 
 NON_GATED = ("bloom", "gpt2", "gpt_neox", "opt", "falcon")  # plain two-matrix MLPs
@@ -222,7 +262,9 @@ def load_fields(model: str) -> tuple[dict[str, Any], str]:
     if path.suffix == ".json" or path.is_dir():
         return _read_config_json(path), str(path)
     known = ", ".join(ZOO)
-    raise InputError(None, None, f"unknown model {model!r}; known: {known}, or a config.json")
+    near = difflib.get_close_matches(model.lower(), ZOO, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise InputError(None, None, f"unknown model {model!r}; {hint}known: {known}, or a config.json")
 
 
 def max_position(model: str) -> int | None:

@@ -16,6 +16,21 @@ INPUTS, STUDY, RUNS = "Inputs", "Study", "Each run"
 DEFAULTS = Settings()  # each default lives in Settings
 
 
+REFERENCE_EVERY = typer.Option(
+    DEFAULTS.reference_every,
+    help="Verifies between reference passes: one pass of a fixed shape, timed inside every "
+    "real run (outside its clock) to price it with the core's speed of the moment.",
+    rich_help_panel=RUNS,
+)
+BUDGET_MINUTES = typer.Option(
+    DEFAULTS.budget_minutes,
+    help="Time the study plans to end within: the projected total is logged after the "
+    "profiling phase and after every run, and a drifted triple is re-run only while the "
+    "projection with the re-run stays within it (else it is kept, drifted).",
+    rich_help_panel=STUDY,
+)
+
+
 def validate_cmd(
     out: Path = typer.Option(
         ..., help="Output folder (runs, profiles, report.md).", rich_help_panel=INPUTS
@@ -70,19 +85,8 @@ def validate_cmd(
     max_seqs: int = typer.Option(
         DEFAULTS.max_seqs, help="Concurrent requests cap.", rich_help_panel=RUNS
     ),
-    reference_every: int = typer.Option(
-        DEFAULTS.reference_every,
-        help="Verifies between reference passes: one pass of a fixed shape, timed inside "
-        "every real run (outside its clock) to price it with the core's speed of the moment.",
-        rich_help_panel=RUNS,
-    ),
-    budget_minutes: float = typer.Option(
-        DEFAULTS.budget_minutes,
-        help="Time the study plans to end within: the projected total is logged after the "
-        "profiling phase and after every run, and a drifted triple is re-run only while the "
-        "projection with the re-run stays within it (else it is kept, drifted).",
-        rich_help_panel=STUDY,
-    ),
+    reference_every: int = REFERENCE_EVERY,
+    budget_minutes: float = BUDGET_MINUTES,
 ) -> None:
     """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
     with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and

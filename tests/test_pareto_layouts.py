@@ -303,7 +303,7 @@ def test_a_window_past_the_trace_at_the_highest_load_fails_before_any_work(tmp_p
 
 
 def test_legend_names_and_colours_are_stable() -> None:
-    assert display_name("experiments/x/my_policy.py:GreedyLen") == "GreedyLen"
+    assert display_name("plugins/x/my_policy.py:GreedyLen") == "GreedyLen"
     assert display_name("mypkg.policies:Tuned") == "Tuned"
     assert display_name("fixed:3") == "fixed:3" and display_name("dspark") == "dspark"
     assert policy_color("dspark") == plt.get_cmap("tab10")(1)  # whatever else is swept

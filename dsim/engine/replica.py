@@ -136,8 +136,7 @@ class Replica:
     def _check_fits(self) -> None:
         need = self.w.prompt_tokens + self.w.output_tokens + self.lookahead
         if self.reserves:  # the whole blocks of its longest round, taken at once
-            size = self.cfg.block_size
-            need = -(-(need - 1) // size) * size
+            need = self.kv.blocks_for(need - 1) * self.cfg.block_size
         too_big = np.flatnonzero(need > self.cfg.kv_tokens)
         if len(too_big):
             i = int(too_big[0])

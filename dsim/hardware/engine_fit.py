@@ -109,6 +109,11 @@ def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
             if setup == "nim"
             else (float(row["median_itl_ms"]) / 1e3, "median ITL")
         )
+    prefill = 0.0
+    if setup == "nim":  # one prompt's prefill per output token of each other request
+        n = float(row["input_len"])
+        one = float(gpu_costs("nim", version, n, 1.0, n, True)["gpu"][0])
+        prefill = max(seqs - 1.0, 0.0) / float(row["output_len"]) * one
     return dict(
         row=f"P{i}",
         version=version,
@@ -119,8 +124,7 @@ def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
         seqs=seqs,
         context=context,
         noise=noise,
-        nim_input=float(row["input_len"]) if setup == "nim" else 0.0,
-        nim_output=float(row["output_len"]) if setup == "nim" else 0.0,
+        prefill_s=prefill,
     )
 
 
@@ -195,13 +199,7 @@ def fit_rows() -> pd.DataFrame:
         row["padding_s"] = float(costs["padding"][0])
         row["launches_s"] = float(costs["launches"][0])
         row["moe_layers"] = setup_pricing(row["setup"], row["version"]).arch.moe_layers
-        row["prefill_s"] = 0.0
-        if row["setup"] == "nim":  # one prompt's prefill per output token of each other request
-            n = row.pop("nim_input")
-            one = gpu_costs("nim", "trtllm", n, 1.0, n, True)["gpu"][0]
-            row["prefill_s"] = max(row["seqs"] - 1.0, 0.0) / row.pop("nim_output") * float(one)
-        row.pop("nim_input", None)
-        row.pop("nim_output", None)
+        row.setdefault("prefill_s", 0.0)
     return pd.DataFrame(out)
 
 

@@ -74,7 +74,7 @@ class Settings:
         interpolates over every context the runs reach instead of extrapolating past 512.
         Every cell the runs live in (R ~ 1-3) is measured, not interpolated, because the CPU
         pass is not monotone in B there (some ragged batches cost more than larger ones, and
-        B = 9-15 is a slow band: experiments/validation/README.md and its probe files), which
+        B = 9-15 is a slow band: the validation study's README and its probe files), which
         no interpolation between measured B can see. Above 2 x `block` the measured B are at
         most 4 apart and the pass is smooth."""
         seqs = tuple(sorted({r for r in (1, 2, 4, 16, 64) if r < self.max_seqs} | {self.max_seqs}))

@@ -12,7 +12,7 @@ for M, not W. `dsim validate` therefore serves short bursts before its measured 
 (R running sequences, V verify tokens) fitted by non-negative least squares on the bursts'
 per-run totals, sum(W - M) = a steps + b sum R + c sum V. The burst sizes vary R, the policies
 V per sequence: the overhead grows with both, so a constant fitted on bursts of many
-sequences over-charges runs of few (experiments/validation/README.md). The simulations use
+sequences over-charges runs of few (the validation study's README). The simulations use
 *engine-calibrated* profiles: every target profile row becomes k x latency + a + b R (+ c B on
 verify rows; R a prefill row's prefilling sequences), so a mixed step pays a once (the step
 model's fixed term carries it); every drafter profile row k x latency.

@@ -28,6 +28,7 @@ from dsim.models.target import tiny_target
 from dsim.run import RunSpec, run_engine
 from dsim.run_inputs import resolve
 from dsim.validation import study
+from dsim.validation.bench import Bench
 from dsim.validation.drift import DRIFT_TOL, RERUNS_TOTAL, RunDrift, TripleDrift, verdict
 from dsim.validation.figures import (
     METRICS,
@@ -50,8 +51,14 @@ from dsim.validation.reference import Reference, Samples, SpeedTrace, run_factor
 from dsim.validation.report import _drift as report_drift
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import EngineCalibration, PassClocks
-from dsim.validation.study import validate
-from dsim.validation.timeline import CALIBRATE_SHARE, RATE_RULE_SHARE, RUN_SHARE, Timeline
+from dsim.validation.study import sized_runs, validate
+from dsim.validation.timeline import (
+    CALIBRATE_SHARE,
+    MIN_REQUESTS_SHARE,
+    RATE_RULE_SHARE,
+    RUN_SHARE,
+    Timeline,
+)
 from dsim.workload import Workload
 
 
@@ -481,6 +488,35 @@ def test_projection_closed_form_from_profiling_then_from_measured_runs():
         timeline.summary() == f"{int(first // 60)}m{int(first % 60):02d}s after profiling, "
         "6m00s after run 2 (budget 10m00s)"
     )
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [(1000.0, 10), (100 + 12 * 9 * 5.0, 9), (100 + 12 * 8 * 5.0 + 1, 8), (300.0, 8)],
+)
+def test_runs_are_sized_to_the_budget_down_to_the_floor(budget, expected):
+    """100 s elapsed, nothing ahead, 12 runs of 10 requests at 50 s (5 s a request): the most
+    requests whose projection 100 + 12 x 5 n fits the budget, never below the floor (8 of 10),
+    and the projection's runs take that size."""
+    now = FakeTime()
+    now.t = 100.0
+    timeline = Timeline(0.0, budget, 12, now=now, prior_run_s=50.0)
+    assert timeline.sized_requests(10) == expected
+    assert timeline.per_run_s == pytest.approx(5.0 * expected)
+    assert timeline.projected_s() == pytest.approx(100 + 12 * 5.0 * expected)
+    assert expected >= MIN_REQUESTS_SHARE * 10
+
+
+def test_a_sized_study_serves_the_sized_runs_and_says_so(tmp_path):
+    """A bench whose projection does not fit serves 8 of its 10 requests a run, logged."""
+    lines, now = [], FakeTime()
+    now.t = 100.0
+    bench = Bench(Settings(requests=10), tmp_path, None, None, lines.append, None)
+    sized = sized_runs(bench, Timeline(0.0, 300.0, 12, now=now, prior_run_s=50.0))
+    assert sized.settings.requests == 8 and bench.settings.requests == 10
+    assert lines[0].startswith("runs sized to 8 requests (of 10) to fit the budget: projected")
+    fits = Timeline(0.0, 1e4, 12, now=now, prior_run_s=50.0)
+    assert sized_runs(bench, fits) is bench and len(lines) == 1
 
 
 def test_a_drifted_triple_is_re_run_only_while_the_projection_fits_the_budget(

@@ -77,6 +77,7 @@ def validate(
     runs, the profiles, validation.json, comparison.json, diagnostics.json and report.md.
     Input errors are raised before anything is written. `clocks` time the model passes."""
     s.check()
+    requested = s.requests
     check_output_dir(out, STUDY_OWNERS)  # a study's folder (an interrupted one resumes) or new
     prompts = read_prompt_file(s.prompts)
     served = served_prompts(prompts)
@@ -92,7 +93,11 @@ def validate(
     write_prompt_file(out / "prompts-served.jsonl", served)
     write_trace_half(half, trace_meta, s.acceptance, trace_file)
     profile, draft_profile, prompt_lengths = measure_profiles(bench, served)
-    meta["profile"] = str(profile)
+    phases.mark("load and profile")
+    timeline = study_timeline(bench, phases.seconds["load and profile"])
+    bench = sized_runs(bench, timeline)
+    s = bench.settings
+    meta |= {**run_sizes(s, len(served)), "requests_asked": requested, "profile": str(profile)}
     raw = RunSpec(
         trace=arrivals_spec(1.0, s.requests, s.max_new_tokens),
         profile=str(profile),
@@ -103,8 +108,6 @@ def validate(
         drafter_kind="block",  # the real drafter's draft() is one call per round, any policy
         fused_prefill=False,  # the simulations model real mode's engine (`run_real`)
     )
-    phases.mark("load and profile")
-    timeline = study_timeline(bench, phases.seconds["load and profile"])
     cal = calibrate_engine(bench, raw, trace_prompts(prompts))
     pricing = Pricing(cal, bench.reference.take())
     meta["engine_calibration"] = describe(cal)
@@ -139,6 +142,20 @@ def study_timeline(bench: Bench, profile_s: float) -> Timeline:
     run = s.requests * s.max_new_tokens / (default.requests * default.max_new_tokens)
     bench.log(timeline.after_profiling(profile_s, calibrate, run))
     return timeline
+
+
+def sized_runs(bench: Bench, timeline: Timeline) -> Bench:
+    """The bench with runs of the requests the first projection fits in the budget
+    (`Timeline.sized_requests`), said in the log (the report's header gives both counts)."""
+    s = bench.settings
+    requests = timeline.sized_requests(s.requests)
+    if requests == s.requests:
+        return bench
+    bench.log(
+        f"runs sized to {requests} requests (of {s.requests}) to fit the budget: "
+        + timeline.record("after sizing the runs")
+    )
+    return replace(bench, settings=replace(s, requests=requests))
 
 
 class _Phases:
@@ -180,13 +197,20 @@ def study_meta(s: Settings, served: int) -> dict:
         "load_average_at_start": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
         "drafter": str(s.drafter),
         "acceptance_trace": f"{s.acceptance} (rows on the even rows of {s.prompts})",
-        "served_prompts": f"odd rows of {s.prompts} ({served} prompts; repeat k from "
-        f"prompt k x {s.requests} on)",
-        "requests_per_run": s.requests,
+        **run_sizes(s, served),
         "max_new_tokens": s.max_new_tokens,
         "max_seqs": s.max_seqs,
         "repeats": s.repeats,
         "seeds": f"{s.seed}..{s.seed + s.repeats - 1} (arrivals and sampling)",
+    }
+
+
+def run_sizes(s: Settings, served: int) -> dict:
+    """The header's lines that depend on the requests a run serves."""
+    return {
+        "served_prompts": f"odd rows of {s.prompts} ({served} prompts; repeat k from "
+        f"prompt k x {s.requests} on)",
+        "requests_per_run": s.requests,
     }
 
 

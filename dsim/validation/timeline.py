@@ -7,6 +7,9 @@ the simulator sets from this machine's own profile), so on a slower core each ph
 longer in about the same proportion: the profiling phase predicts the rest. As soon as it ends,
 each later phase is projected as a fixed share of it (what a default study's phases took, in
 shares of its profiling phase); once runs are measured, a run still to come costs their mean.
+On a slower machine the runs are sized to the budget: a run's time is proportional to its
+requests, so the first projection sets how many each run serves (down to MIN_REQUESTS_SHARE of
+the requested number, never fewer: below it a run's queueing is too noisy to judge).
 The one thing that adds work on a jumpier machine is a re-run (`dsim.validation.drift`), so a
 re-run is served only while the projected total with it stays within the budget: the verdict
 comes on time, and a drifted triple kept for want of time is kept drifted (the study says so).
@@ -15,6 +18,7 @@ comes on time, and a drifted triple kept for want of time is kept drifted (the s
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +31,7 @@ BUDGET_MINUTES = 22.0  # the default budget: a verdict within 25 minutes, with r
 CALIBRATE_SHARE = 0.38  # for the default policies; it serves bursts per policy
 RATE_RULE_SHARE = 0.05
 RUN_SHARE = 0.24  # one run of the default requests; it serves requests x their tokens
+MIN_REQUESTS_SHARE = 0.8  # runs shortened to fit the budget keep at least this share
 
 
 def clock(seconds: float) -> str:
@@ -60,6 +65,18 @@ class Timeline:
         }
         self.prior_run_s = profile_s * RUN_SHARE * run
         return self.record("after profiling")
+
+    def sized_requests(self, requests: int) -> int:
+        """The most requests per run, from `requests` down to MIN_REQUESTS_SHARE of it, whose
+        projection fits the budget (a run costs in proportion to its requests), or that floor
+        when none fits; the projection's runs take the chosen size."""
+        floor = max(1, math.ceil(MIN_REQUESTS_SHARE * requests))
+        per_request = self.prior_run_s / requests
+        spare = self.budget_s - (self.now() - self.started) - sum(self.ahead.values())
+        fit = math.floor(spare / (self.runs_total * per_request)) if per_request > 0 else requests
+        chosen = min(requests, max(floor, fit))
+        self.prior_run_s = per_request * chosen
+        return chosen
 
     def phase_done(self, phase: str) -> None:
         """A phase before the runs has ended: its time is in the elapsed time now."""

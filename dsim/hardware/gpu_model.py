@@ -65,11 +65,24 @@ class Gpu:
 
 
 MIB = 2**20
-HGX = "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 / HGX B300, 8 GPUs)"
+HGX = (
+    "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 / HGX B300 per 8 GPUs; vendor page "
+    "named, its figures read here through the pages below)"
+)
+HGX_TABLE = (
+    "https://fibermall.com/blog/?p=17161 (HGX B200 / B300 table: BF16 36, FP8 72 PFLOPS with "
+    "sparsity, NVLink 1.8 TB/s a GPU; HGX B300 FP4 144 PFLOPS)"
+)
 GLENN_B200 = "https://glennklockwood.com/garden/processors/B200 (HGX B200 at 1,000 W, per GPU)"
 B200_SMI = "NVIDIA/TensorRT-LLM #10278 (nvidia-smi: NVIDIA B200 183359MiB)"
-MI300X_PAGE = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
-MI355X_PAGE = "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html"
+MI300X_PAGE = (
+    "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (vendor page named, "
+    "figures read here through the pages below)"
+)
+MI355X_PAGE = (
+    "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html (vendor page named, "
+    "figures read here through the pages below)"
+)
 ROCM_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html (VRAM GiB, CUs)"
 # Memory as the driver reports it (nvidia-smi memory.total, MiB; rocm-smi VRAM Total Memory,
 # bytes), which is what the engines' shares are of: the "80 GB" A100 and H100 hold 80 GiB, less
@@ -102,13 +115,16 @@ GPUS: dict[str, Gpu] = {
         bracket=0.3,
         sources=(
             HGX,
+            HGX_TABLE,
             GLENN_B200,
             B200_SMI,
             "pytorch/ao #4002 (bf16 2.25e15, fp8 4.5e15, fp4 9e15)",
         ),
     ),
-    # Blackwell Ultra (HGX B300): BF16 and FP8 as B200's, FP4 144 PFLOPS sparse | 108 dense per
-    # 8 GPUs, 288 GB HBM3e at 8 TB/s, NVLink 5.
+    # Blackwell Ultra (HGX B300): BF16 and FP8 as B200's; FP4 144 PFLOPS sparse | 108 dense per
+    # 8 GPUs (NVIDIA's HGX listing as recalled; a third-party table gives 144 without sparsity
+    # and GB300 is marketed at 15 dense: the dense fp4 peak lies in 13.5-18 PFLOPS, 13.5 taken);
+    # 288 GB HBM3e at 8 TB/s, NVLink 5.
     "b300": Gpu(
         2.25e15,
         4.5e15,
@@ -120,13 +136,15 @@ GPUS: dict[str, Gpu] = {
         bracket=0.3,
         sources=(
             HGX,
+            HGX_TABLE,
             "NVIDIA/cosmos-framework #114 (HGX B300 dense BF16 2.25e15 per GPU)",
             "https://acecloud.ai/blog/nvidia-hgx-b300 (288 GB, 8 TB/s, NVLink 5 1.8 TB/s)",
             "memory: derived from the B200's driver report (see above)",
         ),
     ),
-    # CDNA 3: 1,307.4 TFLOPS dense BF16, 2,614.9 FP8, no FP4; 5.3 TB/s HBM3; Infinity Fabric:
-    # 7 links of 128 GB/s both ways, one to each peer of an 8-GPU node (a mesh, no switch).
+    # CDNA 3: 1,307.4 TFLOPS dense BF16, 2,614.9 FP8 (AMD's figures; the pages read give ~1.3 and
+    # ~2.6 PFLOPS), no FP4; 5.3 TB/s HBM3; Infinity Fabric: 7 links of 128 GB/s both ways, one to
+    # each peer of an 8-GPU node (a mesh, no switch).
     "mi300x": Gpu(
         1307.4e12,
         2614.9e12,
@@ -140,11 +158,15 @@ GPUS: dict[str, Gpu] = {
         sources=(
             MI300X_PAGE,
             "https://gpu.blog/gpus/instinct-mi300x-mi300x (xGMI 896 GB/s, 8-GPU mesh)",
+            "https://www.jaredwatkins.com/research/ai-accelerators/amd-instinct/mi300-series/ "
+            "(192 GB HBM3, 5.3 TB/s, ~1.3 PFLOPS FP16, ~2.6 PFLOPS FP8)",
+            "https://www.emergentmind.com/topics/amd-mi300x-gpu (128 GB/s bidirectional a link)",
             "ROCm/legacy-rocm-build #4750 (rocm-smi VRAM Total Memory 206141652992 B)",
         ),
     ),
-    # CDNA 4: 2,516.6 TFLOPS dense BF16, 5,033.2 FP8, 10,066.3 MXFP4; 8 TB/s HBM3E; Infinity
-    # Fabric: 7 links of 153.6 GB/s both ways (a mesh).
+    # CDNA 4: 2,516.6 TFLOPS dense BF16, 5,033.2 FP8, 10,066.3 MXFP4 (AMD's figures; the pages
+    # read give 5 PFLOPS FP8 and 10 FP4, bf16 half of fp8 as on every matrix core here); 8 TB/s
+    # HBM3E; Infinity Fabric: 7 links of 153.6 GB/s both ways (a mesh).
     "mi355x": Gpu(
         2516.6e12,
         5033.2e12,
@@ -159,6 +181,7 @@ GPUS: dict[str, Gpu] = {
         sources=(
             MI355X_PAGE,
             "https://www.theregister.com/2025/06/12/amd_mi355x/ (10 PFLOPS FP4, 288 GB, 8 TB/s)",
+            "https://www.world-today-news.com/?p=7253162 (ISSCC 2026: 5 PFLOPS FP8)",
             "https://humeconsulting.co/amd-mi355x-strong-node-level-inference-but-not-yet-rack-"
             "scale (Infinity Fabric ~153 GB/s a link)",
             ROCM_SPECS,
@@ -193,9 +216,11 @@ def transfer(name: str) -> str:
     cal = GPUS[spec.calibration]
     if spec.calibration == name:
         return ""
-    kernels = (
-        " (another vendor's kernels: ROCm libraries, not CUDA's)"
-        if spec.vendor != cal.vendor
+    other = spec.vendor != cal.vendor
+    kernels = " (another vendor's kernels: ROCm libraries, not CUDA's)" if other else ""
+    mesh = (
+        f"; a mesh of {spec.mesh_links} links: a TP group of n uses n - 1"
+        if spec.mesh_links
         else ""
     )
     return (
@@ -203,14 +228,8 @@ def transfer(name: str) -> str:
         f"(flop_frac, bw_frac, knee, kernel times){kernels} at its own datasheet peaks, HBM "
         f"bandwidth and memory, and {spec.calibration}'s measured all-reduce table with its "
         f"bandwidth scaled by the link bandwidth ratio ({spec.link_bytes_per_s / 1e9:g} GB/s "
-        f"over {cal.link_bytes_per_s / 1e9:g} GB/s per direction"
-        + (
-            f"; a mesh of {spec.mesh_links} links: a TP group of n uses n - 1 of them"
-            if spec.mesh_links
-            else ""
-        )
-        + f"), latencies unchanged; GPU work bracket +-{spec.bracket:.0%} (a measured GPU's: "
-        f"+-{BRACKET_MEASURED:.0%})"
+        f"over {cal.link_bytes_per_s / 1e9:g} GB/s per direction{mesh}), latencies unchanged; "
+        f"GPU work bracket +-{spec.bracket:.0%} (a measured GPU's: +-{BRACKET_MEASURED:.0%})"
     )
 
 

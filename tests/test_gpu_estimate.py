@@ -230,7 +230,8 @@ def test_cli_writes_deterministic_estimate(monkeypatch, capsys, tmp_path):
         (["--tp", "0"], "--tp must be a positive integer"),
         (["--tp", "3"], "--tp 3 does not divide qwen3-8b's 32 attention heads"),
         (["--ep", "2"], "--ep 2 needs an MoE model"),
-        (["--dtype", "fp4"], "--dtype with --roofline must be bf16 or fp8"),
+        (["--dtype", "int4"], "--dtype with --roofline must be bf16, fp8 or fp4"),
+        (["--dtype", "fp4"], "GPU h200 has no fp4 tensor cores"),
         (["--batch-tokens", "8"], "No such option: --batch-tokens"),
         (
             ["--tp", "16"],

@@ -257,7 +257,8 @@ def test_llama_3_1_70b_is_llama_3_3_70bs_architecture():
     [
         ("llama-3.1-70b", "did you mean 'llama3.1-70b'?"),
         ("qwen3-8", "did you mean 'qwen3-8b'?"),
-        ("gpt-oss-120b", None),
+        ("gptoss-120", "did you mean 'gpt-oss-120b'?"),
+        ("mixtral-8x7b", None),
     ],
 )
 def test_an_unknown_model_is_refused_with_the_nearest_name(

@@ -16,7 +16,12 @@ from dsim.errors import InputError
 
 ACT_BYTES = 2  # activations stay in bf16, also with 8-bit weights (the KV cache: --kv-dtype)
 DRAFT_VOCAB = 32_000  # EAGLE-3's released draft vocabulary (and dsim's drafter family's cap)
-WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+# fp4 weights as MXFP4 (OCP Microscaling, gpt-oss's checkpoint format): 4-bit elements plus one
+# 8-bit E8M0 scale per 32-element block, 4.25 bits a weight (NVFP4's 16-element blocks with an
+# FP8 scale would be 4.5 bits).
+MXFP4_BYTES = 0.5 + 1 / 32
+WEIGHT_BYTES: dict[str, float] = {"bf16": 2, "fp8": 1, "fp4": MXFP4_BYTES}
+KV_BYTES = {"bf16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ class Arch:
     qk_nope_dim: int = 0
     qk_rope_dim: int = 0
     v_head_dim: int = 0
+    window: int = 0  # sliding-window span in tokens (0: every layer attends to all context)
+    window_layers: int = 0  # layers attending within `window` (gpt-oss: every other layer)
 
     @property
     def moe(self) -> bool:
@@ -55,6 +62,12 @@ class Arch:
     @property
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.moe else 0
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers whose KV cache grows with the context: a sliding-window layer keeps at most
+        `window` tokens a sequence (engines free the blocks that slide out)."""
+        return self.layers - self.window_layers
 
     def mlp_params(self, width: int) -> int:
         return (3 if self.gated else 2) * self.hidden * width
@@ -114,19 +127,19 @@ class Parallel:
     kv_dtype: str = "bf16"
 
     @property
-    def weight_bytes(self) -> int:
+    def weight_bytes(self) -> float:
         return WEIGHT_BYTES[self.dtype]
 
     @property
     def kv_bytes(self) -> int:
-        return WEIGHT_BYTES[self.kv_dtype]
+        return KV_BYTES[self.kv_dtype]
 
 
 def check_parallel(arch: Arch, par: Parallel) -> None:
     """Reject splits vLLM cannot run, with one line naming the problem."""
     if par.dtype not in WEIGHT_BYTES:
-        raise InputError(None, None, f"--dtype must be bf16 or fp8, got {par.dtype!r}")
-    if par.kv_dtype not in WEIGHT_BYTES:
+        raise InputError(None, None, f"--dtype must be bf16, fp8 or fp4, got {par.dtype!r}")
+    if par.kv_dtype not in KV_BYTES:
         raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {par.kv_dtype!r}")
     if par.tp < 1:
         raise InputError(None, None, f"--tp must be a positive integer, got {par.tp}")

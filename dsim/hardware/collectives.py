@@ -19,7 +19,7 @@ above 2 GPUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
 
@@ -159,9 +159,19 @@ class CustomAllReduce:
         if workers == 1:
             return np.zeros_like(size)
         custom = uses_custom(size, workers)
+        physics = self._at(workers)
         if custom.all():
-            return self.physics.chosen(size, workers)
-        return np.where(custom, self.physics.chosen(size, workers), self.nccl.time(size, workers))
+            return physics.chosen(size, workers)
+        return np.where(custom, physics.chosen(size, workers), self.nccl.time(size, workers))
+
+    def _at(self, workers: int) -> CustomArPhysics:
+        """The kernel's terms on this GPU: a borrowed table's link ratio scales its bandwidth."""
+        ratio = self.nccl.scale.get(workers, 1.0)
+        return (
+            self.physics
+            if ratio == 1.0
+            else replace(self.physics, link_bw=self.physics.link_bw * ratio)
+        )
 
     def record(self) -> dict:
         """What a profile sidecar keeps: the rule, the fit, its errors, and how the custom
@@ -170,7 +180,7 @@ class CustomAllReduce:
         check = {}
         for tp in sorted(set(self.fits) & set(SUPPORTED_WORLD_SIZES)):
             for size in (MAX_BYTES, 64 * MB):
-                custom = float(self.physics.chosen(size, tp))
+                custom = float(self._at(tp).chosen(size, tp))
                 nccl = float(self.nccl.time(size, tp))
                 check[f"tp{tp}_{size // MB}MiB"] = {
                     "custom_s": custom,
@@ -191,7 +201,8 @@ class CustomAllReduce:
                 "latency_2_s": self.physics.latency_2_s,
                 "link_bw_bytes_per_s": self.physics.link_bw,
                 "method": "nnls on relative error over the published points",
-                "borrowed_from": "h100" if self.gpu != "h100" else None,
+                "borrowed_from": "h100" if self.gpu != "h100" or self.nccl.scale else None,
+                "link_bandwidth_ratio_by_gpus": {str(k): v for k, v in self.nccl.scale.items()},
             },
             "points": [
                 {

@@ -13,7 +13,7 @@ from dsim.errors import InputError
 from dsim.fileio import check_output_file
 from dsim.force_option import FORCE
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
-from dsim.hardware.gpu_model import check_sizes
+from dsim.hardware.gpu_model import GPUS, check_sizes
 from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2
 
@@ -42,14 +42,16 @@ MEASURE, ESTIMATE = "Measurement", "Estimate (--roofline)"
 MODEL = typer.Option(
     SMOLLM2,
     help=f"Zoo name ({SMOLLM2}, qwen3-4b, qwen3-8b, qwen3-14b, llama3-8b, llama3.1-8b, "
-    "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-7b, llama2-70b, bloom-176b) "
+    "llama3.3-70b; --roofline also: qwen3-30b-a3b, deepseek-v3, llama2-7b, llama2-70b, bloom-176b, "
+    "qwen3-32b, qwen3-235b-a22b, kimi-k2, llama3.1-70b, gpt-oss-20b, gpt-oss-120b) "
     "or a path to a Hugging Face config.json.",
 )
 DEVICE = typer.Option("cpu", help="cpu or cuda.", rich_help_panel=MEASURE)
 DTYPE = typer.Option(
     "auto",
     help="auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16; "
-    "with --roofline: bf16 (auto) or fp8 (8-bit weights).",
+    "with --roofline: bf16 (auto), fp8 (8-bit weights) or fp4 (MXFP4 weights; b200, b300 and "
+    "mi355x, the GPUs with fp4 tensor cores).",
 )
 SEQS_OPT = typer.Option(
     SEQS, help="Sequence counts R to measure (verify rows).", rich_help_panel=MEASURE
@@ -89,8 +91,9 @@ TIMER = typer.Option(
 )
 ROOFLINE = typer.Option(
     None,
-    help="Estimate for this GPU (h100, h200, a100) instead of measuring: calibrated on "
-    "measured operator and end-to-end GPU data (profiles/README.md).",
+    help=f"Estimate for this GPU ({', '.join(GPUS)}) instead of measuring: calibrated on "
+    "measured operator and end-to-end GPU data (A100, H100; the others borrow H100's fit, said "
+    "in the sidecar; profiles/README.md).",
     rich_help_panel=ESTIMATE,
 )
 TP = typer.Option(

@@ -117,7 +117,7 @@ def _extras(draft, arch: Arch, body: Arch, par: Parallel, gpu, fit, n, r) -> dic
     """Seconds of what the drafter adds to its layers: input projection, input norms, the
     wider QKV input, the sequential head (all TP-sharded like the layers' linears)."""
     h, wb = arch.hidden, par.weight_bytes
-    peak = gpu.flops_fp8 if par.dtype == "fp8" else gpu.flops
+    peak = gpu.peak(par.dtype)
     zero = np.zeros_like(n)
     out = {"input_proj": zero, "input_norms": zero, "qkv_extra": zero, "sequential_head": zero}
     if draft.fused_inputs:

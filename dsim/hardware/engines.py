@@ -215,6 +215,22 @@ def names() -> str:
     return ", ".join(ENGINES)
 
 
+# The GPU vendors each engine runs on: TensorRT-LLM builds CUDA engines for NVIDIA GPUs only;
+# vLLM and SGLang also run on AMD Instinct GPUs through ROCm (their ROCm builds and docs).
+NVIDIA_ONLY = ("trtllm",)
+
+
+def check_runs_on(engine: str, gpu: str, vendor: str) -> None:
+    """Refuse an engine on a GPU it does not run on (one line)."""
+    if vendor != "nvidia" and engine.lower() in NVIDIA_ONLY:
+        raise InputError(
+            None,
+            None,
+            f"engine {engine.lower()} does not run on {gpu.lower()} (TensorRT-LLM runs on NVIDIA "
+            "GPUs only): use --engine vllm or sglang (both run on ROCm)",
+        )
+
+
 def get_engine(name: str, gpu: str | None = None) -> Engine:
     """The preset of `name` on `gpu` (InputError listing the names when unknown)."""
     from dsim.hardware import engine_fit, gpu_fit, round_fit

@@ -313,9 +313,15 @@ def step_overhead() -> StepOverhead:
 
 
 def calibration(gpu: Gpu) -> Calibration:
-    return Calibration(
-        fit_kernels(gpu.calibration), allreduce_table(gpu.calibration), step_overhead()
-    )
+    return Calibration(fit_kernels(gpu.calibration), borrowed_allreduce(gpu), step_overhead())
+
+
+def borrowed_allreduce(gpu: Gpu) -> AllReduce:
+    """The all-reduce table of the GPU `gpu` is calibrated on, its bandwidth scaled by the
+    ratio of the links a TP group uses (`Gpu.group_link`); the table itself where they match."""
+    table, measured = allreduce_table(gpu.calibration), GPUS[gpu.calibration]
+    ratios = {w: gpu.group_link(w) / measured.group_link(w) for w in table.fits}
+    return table if set(ratios.values()) == {1.0} else table.scaled(ratios)
 
 
 def record() -> dict:

@@ -29,29 +29,165 @@ from dsim.hardware.arch import (
     layer_linears,
 )
 
+# The relative range stated on the GPU work of a GPU fitted on its own operator data (the
+# operator fit's median error, tests/test_gpu_estimate.py; held-out end-to-end median 5.7%):
+# a GPU that borrows another's fit states a wider one.
+BRACKET_MEASURED = 0.15
+
 
 @dataclass(frozen=True)
 class Gpu:
-    """Datasheet figures (dense tensor-core peaks, HBM bandwidth) and which fit it uses."""
+    """Datasheet figures (dense tensor-core peaks, HBM bandwidth, memory as the driver reports
+    it, GPU-to-GPU link bandwidth) and which measured GPU's fit it uses."""
 
-    flops: float
-    flops_fp8: float
+    flops: float  # dense bf16
+    flops_fp8: float  # dense fp8 (A100: its bf16 peak, fp8 being weight-only there)
     bandwidth: float
     memory_bytes: float
     calibration: str  # the GPU whose measured operators and all-reduces it borrows
+    flops_fp4: float = 0.0  # dense fp4 (MXFP4/NVFP4); 0: no fp4 tensor cores
+    link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth, per direction, all links together
+    mesh_links: int = 0  # 0: a switch (NVSwitch); else one point-to-point link per peer
+    vendor: str = "nvidia"
+    bracket: float = BRACKET_MEASURED  # stated relative range on the GPU work
+    sources: tuple[str, ...] = ()
+
+    def peak(self, dtype: str) -> float:
+        """The dense tensor-core peak the weights' dtype runs its GEMMs at."""
+        return {"fp8": self.flops_fp8, "fp4": self.flops_fp4}.get(dtype, self.flops)
+
+    def group_link(self, tp: int) -> float:
+        """Bandwidth (per direction) one GPU has to the other tp - 1 of its TP group: all of it
+        through a switch; on a point-to-point mesh only the tp - 1 links to the group's peers."""
+        if self.mesh_links:
+            return self.link_bytes_per_s * min(tp - 1, self.mesh_links) / self.mesh_links
+        return self.link_bytes_per_s
 
 
-# Memory as the driver reports it (nvidia-smi memory.total, MiB), which is what the engines'
-# shares are of: the "80 GB" A100 and H100 hold 80 GiB, less what the driver keeps on the H100
-# (modal-labs/modal-client #2797: H100 81559 MiB, A100 80GB 81920 MiB); the "141 GB" H200
-# 143771 MiB (NVIDIA/cuda-samples #311).
 MIB = 2**20
+HGX = (
+    "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 / HGX B300 per 8 GPUs; vendor page "
+    "named, its figures read here through the pages below)"
+)
+HGX_TABLE = (
+    "https://fibermall.com/blog/?p=17161 (HGX B200 / B300 table: BF16 36, FP8 72 PFLOPS with "
+    "sparsity, NVLink 1.8 TB/s a GPU; HGX B300 FP4 144 PFLOPS)"
+)
+GLENN_B200 = "https://glennklockwood.com/garden/processors/B200 (HGX B200 at 1,000 W, per GPU)"
+B200_SMI = "NVIDIA/TensorRT-LLM #10278 (nvidia-smi: NVIDIA B200 183359MiB)"
+MI300X_PAGE = (
+    "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (vendor page named, "
+    "figures read here through the pages below)"
+)
+MI355X_PAGE = (
+    "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html (vendor page named, "
+    "figures read here through the pages below)"
+)
+ROCM_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html (VRAM GiB, CUs)"
+# Memory as the driver reports it (nvidia-smi memory.total, MiB; rocm-smi VRAM Total Memory,
+# bytes), which is what the engines' shares are of: the "80 GB" A100 and H100 hold 80 GiB, less
+# what the driver keeps on the H100 (modal-labs/modal-client #2797: H100 81559 MiB, A100 80GB
+# 81920 MiB); the "141 GB" H200 143771 MiB (NVIDIA/cuda-samples #311); the "180 GB" B200
+# 183359 MiB. No driver report of a B300 or an MI355X was found: each is derived from its
+# sibling's, the same driver-visible share of 1.5x the HBM (B300: 8 stacks of 36 GiB against
+# the B200's 8 of 24 GiB; MI355X: 288 GiB against the MI300X's 192 GiB, ROCm's spec table).
+B200_MIB = 183359
+MI300X_BYTES = 206141652992  # rocm-smi, ROCm/legacy-rocm-build #4750
 GPUS: dict[str, Gpu] = {
-    "a100": Gpu(312e12, 312e12, 2.039e12, 81920 * MIB, "a100"),  # fp8: weight-only, bf16 math
-    "h100": Gpu(989e12, 1979e12, 3.35e12, 81559 * MIB, "h100"),
+    "a100": Gpu(  # fp8: weight-only, bf16 math
+        312e12, 312e12, 2.039e12, 81920 * MIB, "a100", link_bytes_per_s=300e9
+    ),
+    "h100": Gpu(989e12, 1979e12, 3.35e12, 81559 * MIB, "h100", link_bytes_per_s=450e9),
     # H200 = H100's chip (same SMs, clocks, NVLink) with 141 GB of 4.8 TB/s HBM3e: it borrows
     # H100's fitted fractions and all-reduce table; only the bandwidth and memory differ.
-    "h200": Gpu(989e12, 1979e12, 4.8e12, 143771 * MIB, "h100"),
+    "h200": Gpu(989e12, 1979e12, 4.8e12, 143771 * MIB, "h100", link_bytes_per_s=450e9, bracket=0.2),
+    # Blackwell (HGX B200, 1,000 W): per GPU the HGX board's dense figures / 8 (BF16 36 PFLOPS
+    # sparse, FP8 72 sparse, FP4 144 sparse | 72 dense), 8 TB/s HBM3e (the driver's 7,680-bit
+    # bus at 3,996 MHz gives 7.67 TB/s, pytorch/ao #4002), NVLink 5: 1.8 TB/s both ways.
+    "b200": Gpu(
+        2.25e15,
+        4.5e15,
+        8e12,
+        B200_MIB * MIB,
+        "h100",
+        flops_fp4=9e15,
+        link_bytes_per_s=900e9,
+        bracket=0.3,
+        sources=(
+            HGX,
+            HGX_TABLE,
+            GLENN_B200,
+            B200_SMI,
+            "pytorch/ao #4002 (bf16 2.25e15, fp8 4.5e15, fp4 9e15)",
+        ),
+    ),
+    # Blackwell Ultra (HGX B300): BF16 and FP8 as B200's; FP4 144 PFLOPS sparse | 108 dense per
+    # 8 GPUs (NVIDIA's HGX listing as recalled; a third-party table gives 144 without sparsity
+    # and GB300 is marketed at 15 dense: the dense fp4 peak lies in 13.5-18 PFLOPS, 13.5 taken);
+    # 288 GB HBM3e at 8 TB/s, NVLink 5.
+    "b300": Gpu(
+        2.25e15,
+        4.5e15,
+        8e12,
+        B200_MIB * 3 // 2 * MIB,
+        "h100",
+        flops_fp4=13.5e15,
+        link_bytes_per_s=900e9,
+        bracket=0.3,
+        sources=(
+            HGX,
+            HGX_TABLE,
+            "NVIDIA/cosmos-framework #114 (HGX B300 dense BF16 2.25e15 per GPU)",
+            "https://acecloud.ai/blog/nvidia-hgx-b300 (288 GB, 8 TB/s, NVLink 5 1.8 TB/s)",
+            "memory: derived from the B200's driver report (see above)",
+        ),
+    ),
+    # CDNA 3: 1,307.4 TFLOPS dense BF16, 2,614.9 FP8 (AMD's figures; the pages read give ~1.3 and
+    # ~2.6 PFLOPS), no FP4; 5.3 TB/s HBM3; Infinity Fabric: 7 links of 128 GB/s both ways, one to
+    # each peer of an 8-GPU node (a mesh, no switch).
+    "mi300x": Gpu(
+        1307.4e12,
+        2614.9e12,
+        5.3e12,
+        MI300X_BYTES,
+        "h100",
+        link_bytes_per_s=7 * 64e9,
+        mesh_links=7,
+        vendor="amd",
+        bracket=0.5,
+        sources=(
+            MI300X_PAGE,
+            "https://gpu.blog/gpus/instinct-mi300x-mi300x (xGMI 896 GB/s, 8-GPU mesh)",
+            "https://www.jaredwatkins.com/research/ai-accelerators/amd-instinct/mi300-series/ "
+            "(192 GB HBM3, 5.3 TB/s, ~1.3 PFLOPS FP16, ~2.6 PFLOPS FP8)",
+            "https://www.emergentmind.com/topics/amd-mi300x-gpu (128 GB/s bidirectional a link)",
+            "ROCm/legacy-rocm-build #4750 (rocm-smi VRAM Total Memory 206141652992 B)",
+        ),
+    ),
+    # CDNA 4: 2,516.6 TFLOPS dense BF16, 5,033.2 FP8, 10,066.3 MXFP4 (AMD's figures; the pages
+    # read give 5 PFLOPS FP8 and 10 FP4, bf16 half of fp8 as on every matrix core here); 8 TB/s
+    # HBM3E; Infinity Fabric: 7 links of 153.6 GB/s both ways (a mesh).
+    "mi355x": Gpu(
+        2516.6e12,
+        5033.2e12,
+        8e12,
+        MI300X_BYTES * 3 // 2,
+        "h100",
+        flops_fp4=10066.3e12,
+        link_bytes_per_s=7 * 76.8e9,
+        mesh_links=7,
+        vendor="amd",
+        bracket=0.5,
+        sources=(
+            MI355X_PAGE,
+            "https://www.theregister.com/2025/06/12/amd_mi355x/ (10 PFLOPS FP4, 288 GB, 8 TB/s)",
+            "https://www.world-today-news.com/?p=7253162 (ISSCC 2026: 5 PFLOPS FP8)",
+            "https://humeconsulting.co/amd-mi355x-strong-node-level-inference-but-not-yet-rack-"
+            "scale (Infinity Fabric ~153 GB/s a link)",
+            ROCM_SPECS,
+            "memory: derived from the MI300X's rocm-smi report (see above)",
+        ),
+    ),
 }
 
 
@@ -60,6 +196,41 @@ def get_gpu(name: str) -> Gpu:
         return GPUS[name.lower()]
     except KeyError:
         raise InputError(None, None, f"unknown GPU {name!r}; known: {', '.join(GPUS)}") from None
+
+
+def check_dtype(name: str, dtype: str) -> None:
+    """Refuse fp4 weights on a GPU without fp4 tensor cores (one line)."""
+    if dtype == "fp4" and not get_gpu(name).flops_fp4:
+        have = ", ".join(k for k, g in GPUS.items() if g.flops_fp4)
+        raise InputError(
+            None,
+            None,
+            f"GPU {name.lower()} has no fp4 tensor cores: use --dtype bf16 or fp8, or a GPU "
+            f"with them ({have})",
+        )
+
+
+def transfer(name: str) -> str:
+    """What a GPU borrows from the measured GPU it is calibrated on, in words ('' if none)."""
+    spec = get_gpu(name)
+    cal = GPUS[spec.calibration]
+    if spec.calibration == name:
+        return ""
+    other = spec.vendor != cal.vendor
+    kernels = " (another vendor's kernels: ROCm libraries, not CUDA's)" if other else ""
+    mesh = (
+        f"; a mesh of {spec.mesh_links} links: a TP group of n uses n - 1"
+        if spec.mesh_links
+        else ""
+    )
+    return (
+        f"{name} is not fitted: it borrows {spec.calibration}'s fitted operator efficiencies "
+        f"(flop_frac, bw_frac, knee, kernel times){kernels} at its own datasheet peaks, HBM "
+        f"bandwidth and memory, and {spec.calibration}'s measured all-reduce table with its "
+        f"bandwidth scaled by the link bandwidth ratio ({spec.link_bytes_per_s / 1e9:g} GB/s "
+        f"over {cal.link_bytes_per_s / 1e9:g} GB/s per direction{mesh}), latencies unchanged; "
+        f"GPU work bracket +-{spec.bracket:.0%} (a measured GPU's: +-{BRACKET_MEASURED:.0%})"
+    )
 
 
 @dataclass(frozen=True)
@@ -214,9 +385,21 @@ class AllReduce:
     """All-reduce time `latency + size / bandwidth` per GPU count, fitted on measured NCCL
     times (a straight line, so step costs stay monotone in the batch despite table noise)."""
 
-    def __init__(self, fits: dict[int, tuple[float, float]], gpu: str) -> None:
+    def __init__(
+        self,
+        fits: dict[int, tuple[float, float]],
+        gpu: str,
+        scale: dict[int, float] | None = None,
+    ) -> None:
         self.fits = fits  # workers -> (latency s, bus bandwidth bytes/s)
         self.gpu = gpu
+        self.scale = scale or {}  # workers -> bandwidth ratio to the measured table (borrowed)
+
+    def scaled(self, ratios: dict[int, float]) -> AllReduce:
+        """The measured table with its bandwidth times the link bandwidth ratio per GPU count
+        (a GPU that borrows it); latencies as measured."""
+        fits = {w: (lat, bw * ratios[w]) for w, (lat, bw) in self.fits.items()}
+        return AllReduce(fits, self.gpu, dict(ratios))
 
     def time(self, size_bytes: np.ndarray, workers: int) -> np.ndarray:
         size = np.asarray(size_bytes, np.float64)
@@ -285,7 +468,7 @@ def layer_time(
 ) -> dict[str, np.ndarray]:
     """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce)."""
     n = np.asarray(tokens, np.float64)
-    peak = gpu.flops_fp8 if par.dtype == "fp8" else gpu.flops
+    peak = gpu.peak(par.dtype)
     wb = par.weight_bytes
     linear = np.zeros_like(n)
     for _, params, d_in, d_out in layer_linears(arch, par, dense_mlp):
@@ -324,6 +507,30 @@ def attention_time(
     return linear_time(fit, gpu, flops, nbytes, gpu.flops)
 
 
+def attention_groups(
+    arch: Arch,
+    pairs: np.ndarray,
+    seqs: np.ndarray,
+    chunk: np.ndarray,
+    context: np.ndarray,
+    prefill: np.ndarray,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(layers, KV tokens read, (query, key) pairs) of the full-attention layers (`pairs`) and
+    of the sliding-window ones, where a query at position p scores min(p, window) keys and a
+    sequence's KV read is at most `window` tokens (FlashAttention's window_size, FlashInfer's
+    window_left, TensorRT-LLM's per-layer attention window)."""
+    groups = [(arch.kv_layers, seqs * context, pairs)] if arch.kv_layers else []
+    if arch.window_layers:
+        w = float(arch.window)
+        first = context - chunk + 1  # a prefill chunk's first query position
+        top = np.minimum(context, w)  # queries at positions <= window score every earlier key
+        below = np.where(top >= first, (first + top) * (top - first + 1) / 2, 0.0)
+        chunk_pairs = below + w * (context - np.maximum(first - 1, top))
+        windowed = np.where(prefill, chunk_pairs, chunk * top)
+        groups.append((arch.window_layers, seqs * top, seqs * windowed))
+    return groups
+
+
 def step_parts(
     arch: Arch,
     par: Parallel,
@@ -355,7 +562,10 @@ def step_parts(
         if count:
             for key, value in layer_time(arch, par, gpu, fit, n, dense).items():
                 parts[key] = parts[key] + count * value
-    parts["attention"] = arch.layers * attention_time(arch, par, gpu, fit, r * c, pairs)
+    parts["attention"] = sum(
+        layers * attention_time(arch, par, gpu, fit, kv, p)
+        for layers, kv, p in attention_groups(arch, pairs, r, chunk, c, pre)
+    )
     parts["allreduce"] = 2 * arch.layers * allreduce.time(n * arch.hidden * ACT_BYTES, par.tp)
     head = arch.vocab // par.tp * arch.hidden
     head_bytes = head * ACT_BYTES + logits * (arch.hidden + arch.vocab / par.tp) * ACT_BYTES

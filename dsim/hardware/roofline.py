@@ -21,8 +21,15 @@ from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
-from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine, with_graphs
-from dsim.hardware.gpu_model import StepOverhead, get_gpu
+from dsim.hardware.engines import DEFAULT_ENGINE, Engine, check_runs_on, get_engine, with_graphs
+from dsim.hardware.gpu_model import (
+    BRACKET_MEASURED,
+    StepOverhead,
+    check_dtype,
+    get_gpu,
+    step_seconds,
+    transfer,
+)
 from dsim.hardware.latency import write_profile
 from dsim.hardware.pricing import Pricing, pricing
 
@@ -55,7 +62,7 @@ BREAKDOWN = (
     ("verify B=2048 R=512 C=2048", 2048, 512, 2048, False),
     ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
 )
-DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8"}
+DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8", "fp4": "fp4"}
 # An engine this many times slower than its fitted preset is no serving engine (a typo).
 MAX_OVERHEAD_SCALE = 100.0
 GIB = 2**30
@@ -82,7 +89,7 @@ def parse_dtype(dtype: str) -> str:
         return DTYPES[dtype.lower()]
     except KeyError:
         raise InputError(
-            None, None, f"--dtype with --roofline must be bf16 or fp8, got {dtype!r}"
+            None, None, f"--dtype with --roofline must be bf16, fp8 or fp4, got {dtype!r}"
         ) from None
 
 
@@ -126,6 +133,9 @@ def _breakdown(price: Pricing, overhead: StepOverhead) -> dict[str, dict[str, fl
     parts["launches"] = costs["launches"]
     parts["host_serialised"] = costs["host_serialised"]
     parts["step"] = price.step(overhead, n, r, c, pre)
+    for key, sign in (("step_low", -1.0), ("step_high", 1.0)):
+        scaled = {**costs, "gpu": costs["gpu"] * (1.0 + sign * price.gpu.bracket)}
+        parts[key] = step_seconds(scaled)
     return {
         str(name): {k: round(float(v[i]) * 1e3, 4) for k, v in parts.items()}
         for i, name in enumerate(label)
@@ -133,19 +143,28 @@ def _breakdown(price: Pricing, overhead: StepOverhead) -> dict[str, dict[str, fl
 
 
 def _gpu_record(gpu: str, spec) -> dict:
-    """The sidecar's GPU figures and, for the H200, how it borrows the H100's calibration."""
+    """The sidecar's GPU figures with their sources and, for a GPU calibrated on another, what
+    it borrows and the wider bracket stated on its GPU work."""
     return {
         "gpu_figures": {
+            "vendor": spec.vendor,
             "peak_bf16_flops": spec.flops,
             "peak_fp8_flops": spec.flops_fp8,
+            "peak_fp4_flops": spec.flops_fp4 or None,
             "hbm_bytes_per_s": spec.bandwidth,
             "memory_bytes": spec.memory_bytes,
+            "link_bytes_per_s_per_direction": spec.link_bytes_per_s,
+            "link_topology": f"mesh of {spec.mesh_links} links" if spec.mesh_links else "switch",
             "calibrated_on": spec.calibration,
+            "sources": list(spec.sources),
         },
-        "transfer": "h200 uses h100's fitted operator efficiencies and all-reduce table (same "
-        "chip and NVLink); only HBM bandwidth (4.8 TB/s) and memory (141 GB, 140.4 GiB) differ"
-        if gpu.lower() == "h200"
-        else "",
+        "transfer": transfer(gpu.lower()),
+        "bracket": {
+            "gpu_work_relative": spec.bracket,
+            "measured_gpu": BRACKET_MEASURED,
+            "meaning": "a stated range, not a measured error: the GPU work may be off by this "
+            "fraction either way (breakdown_ms step_low/step_high)",
+        },
     }
 
 
@@ -156,14 +175,14 @@ def kv_capacity_tokens(preset: Engine, price: Pricing) -> int:
     budget = memory.rule(preset.name).kv_bytes(
         spec.memory_bytes, weight_bytes_per_gpu(arch, par), par.tp
     )
-    return int(budget // (arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+    return int(budget // (arch.kv_layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
 
 
 def _memory_record(preset: Engine, price: Pricing, kv_requested: str) -> dict:
     """Weights, KV bytes and the KV capacity the engine sizes, with its rule (the sidecar's)."""
     arch, par, spec = price.arch, price.par, price.gpu
     weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
+    kv = arch.kv_layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
     rule = memory.rule(preset.name)
     budget = rule.kv_bytes(spec.memory_bytes, weights, par.tp)
     return {
@@ -224,7 +243,9 @@ def estimate_inputs(
     estimates alike)."""
     preset = with_graphs(get_engine(engine, gpu.lower()), capture_sizes, graph_mode)
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
+    check_runs_on(preset.name, gpu, spec.vendor)
     weight_dtype = parse_dtype(dtype)
+    check_dtype(gpu, weight_dtype)
     kv = memory.rule(preset.name).kv_dtype(kv_dtype, weight_dtype)
     par = Parallel(tp=tp, ep=ep, dtype=weight_dtype, kv_dtype=kv)
     check_parallel(arch, par)
@@ -265,7 +286,7 @@ def roofline_profile(
     arch, par, spec = price.arch, price.par, price.gpu
     contexts = grid_contexts(contexts, model, price, preset)
     weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
+    kv = arch.kv_layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
     seconds = price.step(
@@ -310,7 +331,9 @@ def roofline_profile(
             "contexts": list(contexts),
         },
         "attention": "MODELLED: no measured GPU attention-kernel times are available; KV bytes "
-        "and score/value flops priced with the linear operators' fitted efficiencies",
+        "and score/value flops priced with the linear operators' fitted efficiencies"
+        + _window_note(arch),
+        **({"weights_fp4": FP4_NOTE} if par.dtype == "fp4" else {}),
         "points_over_memory": over,
         "note": "points whose KV (num_seqs x context_len tokens) exceeds the engine's KV cache "
         "(memory.kv_capacity_tokens) are kept (formula still defined: a run never reaches "
@@ -318,6 +341,28 @@ def roofline_profile(
         "replica",
     }
     return df, meta
+
+
+FP4_NOTE = (
+    "fp4: every linear weight at MXFP4, 0.53125 bytes (4-bit elements + an 8-bit scale per "
+    "32), GEMMs at the GPU's dense fp4 peak, activations bf16; a checkpoint that keeps some "
+    "layers in bf16 (gpt-oss: attention, router, embeddings and LM head, 1.8% of 120b's and "
+    "8.6% of 20b's weights) is understated by those layers' extra bytes"
+)
+
+
+def _window_note(arch: Arch) -> str:
+    """What the sidecar says of sliding-window layers ('' for a model without them)."""
+    if not arch.window_layers:
+        return ""
+    return (
+        f"; {arch.window_layers} of {arch.layers} layers attend within a {arch.window}-token "
+        "sliding window: a query at position p scores min(p, window) keys, and such a layer "
+        "reads and caches at most window tokens a sequence (vLLM's hybrid KV-cache manager, "
+        "SGLang's SWA pool and TensorRT-LLM's per-layer attention window free what slides "
+        "out), so KV capacity counts the full-attention layers only (the window layers' at "
+        "most window tokens a sequence not subtracted: an upper bound)"
+    )
 
 
 def weight_bytes_per_gpu(arch: Arch, par: Parallel) -> float:

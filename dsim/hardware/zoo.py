@@ -241,6 +241,42 @@ ZOO["kimi-k2"] = {
 # but for the weights' training), so the estimate prices the two alike.
 ZOO["llama3.1-70b"] = ZOO["llama3.3-70b"]
 
+# openai/gpt-oss-120b and openai/gpt-oss-20b (config.json): MoE (128 / 32 experts, top 4, each
+# as wide as the hidden size), attention on alternating layers within a 128-token sliding
+# window (`layer_types`, starting with a sliding layer), one learned attention sink per head (a
+# logit per head: no KV, not priced), biases on the attention projections (not priced), MXFP4
+# expert weights (`quantization_config`; attention, router, embeddings and LM head in bf16).
+# 116.8B / 20.9B parameters in total.
+GPT_OSS_LAYERS = {"gpt-oss-120b": (36, 128), "gpt-oss-20b": (24, 32)}
+for _name, (_layers, _experts) in GPT_OSS_LAYERS.items():
+    ZOO[_name] = dict(
+        model_type="gpt_oss",
+        hidden_size=2880,
+        num_hidden_layers=_layers,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        num_local_experts=_experts,
+        num_experts_per_tok=4,
+        sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * (_layers // 2),
+        attention_bias=True,
+        vocab_size=201088,
+        max_position_embeddings=131072,
+        rope_theta=150000,
+        tie_word_embeddings=False,
+        quantization_config=dict(
+            quant_method="mxfp4",
+            modules_to_not_convert=[
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+        ),
+    )
+
 CONFIG_TYPES = ("llama", "qwen3")  # the model_type values a transformers config is built for
 
 NON_GATED = ("bloom", "gpt2", "gpt_neox", "opt", "falcon")  # plain two-matrix MLPs
@@ -367,6 +403,7 @@ def load_arch(model: str) -> Arch:
             v_head_dim=_int_field(f, source, "v_head_dim"),
         )
     return Arch(
+        **_windows(f, source, layers),
         name=source,
         layers=layers,
         hidden=hidden,
@@ -379,6 +416,23 @@ def load_arch(model: str) -> Arch:
         tied=bool(f.get("tie_word_embeddings", False)),
         **moe,
         **mla,
+    )
+
+
+def _windows(f: dict[str, Any], source: str, layers: int) -> dict[str, int]:
+    """Sliding-window attention as `layer_types` names it (gpt-oss): the window and how many
+    layers use it. A `sliding_window` without `layer_types` (Qwen's unused field, Mistral's
+    every layer) is not read."""
+    kinds = f.get("layer_types")
+    if not kinds:
+        return {}
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise InputError(source, None, f"layer_types must list {layers} layers, got {kinds!r}")
+    sliding = sum(kind == "sliding_attention" for kind in kinds)
+    return (
+        dict(window=_int_field(f, source, "sliding_window"), window_layers=sliding)
+        if sliding
+        else {}
     )
 
 

@@ -1,5 +1,5 @@
 """Measure acceptance spreads and confidence discrimination on the live-drafter traces; fit the
-parametric model on even seq_ids and judge it on odd ones (the rule: README.md).
+parametric model on even seq_ids and judge it on odd ones (rules 1 and 2: README.md).
 
 PYTHONPATH=$PWD python experiments/confidence/fit.py > experiments/confidence/results.md
 (also writes experiments/confidence/results.json)
@@ -7,11 +7,15 @@ PYTHONPATH=$PWD python experiments/confidence/fit.py > experiments/confidence/re
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
+from scipy.special import expit
 
 from dsim.acceptance.discrimination import discrimination
 from dsim.acceptance.evidence import ConfidenceFit, clipped_logit, decompose, fit_confidence
@@ -22,6 +26,7 @@ from dsim.fileio import write_json
 HERE = Path(__file__).resolve().parent
 TRACES = ("parallel", "ar", "markov", "rnn")  # primary first
 REPLICATES, SEED, MIN_REACHED = 200, 0, 100
+FIT_REPLICATES, FIT_SEED, BISECTIONS = 50, 1, 20
 TOL_CURVE, TOL_AUC, TOL_VAR = 0.02, 0.03, 0.20
 
 
@@ -67,10 +72,53 @@ def measured(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def judge(df: pd.DataFrame) -> dict[str, Any]:
+def solve_means(tv_mean: np.ndarray, spread: float, spread_req: float) -> np.ndarray:
+    """Latent logit means whose expected sigmoid over N(0, spread^2 + spread_req^2) is tv_mean."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(60)
+    sd, w = float(np.hypot(spread, spread_req)), weights / weights.sum()
+    return np.array(
+        [brentq(lambda m, t=t: w @ expit(m + sd * nodes) - t, -20.0, 20.0) for t in tv_mean]
+    )
+
+
+def _bisect(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """The root of an increasing f on [lo, hi] (an end when f keeps its sign)."""
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def fit_rule2(half: pd.DataFrame) -> ConfidenceFit:
+    """Rule 2: spread, rho, overconf as rule 1; means on the probability scale; spread_req and
+    noise matched by simulation to the half's between-request variance and position-1 AUC."""
+    gamma, seq = trace_gamma(half), half["seq_id"].to_numpy()
+    base = fit_confidence(half)
+    tv_mean = half[tv_columns(gamma)].to_numpy().mean(axis=0)
+    rounds = np.unique(seq, return_counts=True)[1]
+    between = decompose(half["accepted"].to_numpy(), seq).between_raw
+    auc1 = discrimination(half[conf_columns(gamma)].to_numpy(), half["accepted"].to_numpy())[0]
+
+    def model(spread_req: float, noise: float) -> ConfidenceFit:
+        q = expit(solve_means(tv_mean, base.spread, spread_req))
+        return dataclasses.replace(
+            base, q=tuple(float(x) for x in q), spread_req=spread_req, noise=noise
+        )
+
+    def simulated(fit: ConfidenceFit, key: str) -> float:
+        rng = np.random.default_rng(FIT_SEED)
+        stats = [simulate(fit, rounds, rng) for _ in range(FIT_REPLICATES)]
+        return float(np.mean([s[key] if key == "between" else s["auc"][0] for s in stats]))
+
+    spread_req = _bisect(lambda s: simulated(model(s, 0.0), "between") - between, 0.0, 3.0)
+    noise = _bisect(lambda n: auc1["auc"] - simulated(model(spread_req, n), "auc"), 0.0, 6.0)
+    return model(spread_req, noise)
+
+
+def judge(df: pd.DataFrame, fitter: Callable[[pd.DataFrame], ConfidenceFit]) -> dict[str, Any]:
     gamma = trace_gamma(df)
     fit_half, held = df[df["seq_id"] % 2 == 0], df[df["seq_id"] % 2 == 1]
-    fit = fit_confidence(fit_half)
+    fit = fitter(fit_half)
     seq = held["seq_id"].to_numpy()
     recorded = statistics(seq, held[conf_columns(gamma)].to_numpy(), held["accepted"].to_numpy())
     rounds = np.unique(seq, return_counts=True)[1]
@@ -129,19 +177,24 @@ def report(results: dict[str, Any]) -> None:
             print(f"| {name} | {d['position']} | {d['reached']} | {_f(d['auc'])} | "
                   f"{_f(d['rate'])} | {_f(d['conf'])} | {_f(d['bias'], '+.3f')} | "
                   f"{_f(d['ece'])} |")  # fmt: skip
-    print("\n## Fitted on even seq_ids\n")
+    for key, title in (("judgement", "Rule 1"), ("judgement_rule2", "Rule 2")):
+        report_rule(results, key, title)
+
+
+def report_rule(results: dict[str, Any], key: str, title: str) -> None:
+    print(f"\n## {title}: fitted on even seq_ids\n")
     print("| trace | latent means q_1..q_7 | spread | spread_req | rho | overconf | noise |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, r in results.items():
-        f = r["judgement"]["fit"]
+        f = r[key]["fit"]
         q = " ".join(f"{x:.3f}" for x in f["q"])
         print(f"| {name} | {q} | {f['spread']:.3f} | {f['spread_req']:.3f} | {f['rho']:.3f} | "
               f"{f['overconf']:.3f} | {f['noise']:.3f} |")  # fmt: skip
-    print(f"\n## Judged on odd seq_ids ({REPLICATES} model replicates; [5%, 95%])\n")
+    print(f"\n## {title}: judged on odd seq_ids ({REPLICATES} model replicates; [5%, 95%])\n")
     print("| trace | k | reached | accept rate: held-out | model | AUC: held-out | model |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, r in results.items():
-        j = r["judgement"]
+        j = r[key]
         h, m = j["held_out"], j["model"]
         for k in range(len(h["curve"])):
             mark = "" if k + 1 in j["judged_positions"] else " (not judged)"
@@ -153,7 +206,7 @@ def report(results: dict[str, Any]) -> None:
           "accepted length: held-out, model [5%, 95%], ratio (within 20%) |")  # fmt: skip
     print("| --- | --- | --- | --- |")
     for name, r in results.items():
-        j = r["judgement"]
+        j = r[key]
         v, h, m = j["verdict"], j["held_out"], j["model"]
         print(f"| {name} | {v['curve_max_gap']:.3f} {'met' if v['curve_met'] else 'MISSED'} | "
               f"{v['auc_max_gap']:.3f} {'met' if v['auc_met'] else 'MISSED'} | "
@@ -166,7 +219,12 @@ def main() -> None:
     results = {}
     for name in TRACES:
         df, meta = read_acceptance_trace(f"traces/acceptance/smollm2-{name}.parquet")
-        results[name] = {"meta": meta, "measured": measured(df), "judgement": judge(df)}
+        results[name] = {
+            "meta": meta,
+            "measured": measured(df),
+            "judgement": judge(df, fit_confidence),
+            "judgement_rule2": judge(df, fit_rule2),
+        }
     write_json(HERE / "results.json", results)
     report(results)
 

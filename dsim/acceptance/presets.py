@@ -21,8 +21,8 @@ FIT_SPREAD, FIT_SPREAD_REQ = 1.0, 0.5
 # transfer (docs/presets.md, Spreads and confidence noise; experiments/confidence/README.md).
 SPREAD_EVIDENCE = (
     "assumed (bracket: spread 0.5-2, spread_req 0.2-1, noise 0-3); the 135M target's trace "
-    "smollm2-parallel measures spread 1.12, spread_req 0.22, rho 0.11 and a raw confidence AUC "
-    "of ~0.65 (noise ~1.5-3); its shape transfers, its levels do not"
+    "smollm2-parallel measures spread 1.12, spread_req 0.22-0.42, rho 0.11, a raw confidence "
+    "AUC of ~0.65 (noise 1.6); its shape transfers, its levels do not"
 )
 
 # Table 1 accepted length tau (incl. the bonus token) for the columns the domains use.

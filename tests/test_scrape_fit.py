@@ -169,11 +169,12 @@ def test_show_prints_read_and_simulated_curves(tmp_path, monkeypatch, capsys):
     assert code == 0
     for name in ("read cond", "read uncond", "latent mean", "simulated", "tau at each gamma"):
         assert name in table
+    assert "sim AUC" in table and "spreads and noise: assumed" in table
     rows = [line for line in table.splitlines() if line.startswith("│")]
-    assert len(rows) == 4 + 4  # one per position, one per gamma
+    assert len(rows) == 4 + 4 + 4  # one per position, one per gamma, one per position
     cells = [c.strip() for c in rows[1].split("│")[1:-1]]
     assert cells[:3] == ["2", "0.7000", f"{0.56:.4f}"]
-    tau_row = [c.strip() for c in rows[-1].split("│")[1:-1]]
+    tau_row = [c.strip() for c in rows[7].split("│")[1:-1]]
     assert tau_row[:2] == ["4", f"{1 + np.cumprod(CURVE).sum():.3f}"]
 
 

@@ -23,7 +23,7 @@ from dsim.force_option import FORCE
 METRICS = ("ECE", "AUC", "Brier")
 SPECS = (
     "iid:A, positions:Q1,.. (latent means; spreads 0 by default, served as given), "
-    "preset:D:DOM\\[overconf=X], vllm:SCRAPE, mix:..."
+    "preset:D:DOM\\[overconf=X,noise=N], vllm:SCRAPE, mix:..."
 )
 
 acceptance_app = typer.Typer(
@@ -137,7 +137,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Print the curves read from SPEC (a vLLM scrape's counters, a trace's rounds), tau at
-    each gamma, and the curve a simulation serves from it at full verification, side by side."""
+    each gamma, and the curve a simulation serves from it at full verification, side by side;
+    then how well its confidences tell accepted drafts from rejected ones (AUC, calibration)."""
     from dsim.acceptance.show import acceptance_report
 
     report = acceptance_report(spec, gamma, requests, tokens, seed)
@@ -149,6 +150,7 @@ def show(
         console.print(line, soft_wrap=True)
     console.print(_curve_table(report))
     console.print(_tau_table(report))
+    console.print(_discrimination_table(report))
 
 
 def _show_header(report: dict[str, Any]) -> list[str]:
@@ -168,8 +170,11 @@ def _show_header(report: dict[str, Any]) -> list[str]:
         scrape = read is not None and read["kind"] == "scrape"
         assumed = " (assumed: a scrape has no per-request figures)" if scrape else ""
         lines.append(
-            f"model: spread {model['spread']:g}, spread_req {model['spread_req']:g}{assumed}"
+            f"model: spread {model['spread']:g}, spread_req {model['spread_req']:g}, "
+            f"rho {model['rho']:g}, overconf {model['overconf']:g}, noise {model['noise']:g}"
+            f"{assumed}"
         )
+        lines.append(f"spreads and noise: {model['evidence']}")
     lines.append(
         f"simulated: {sim['requests']} requests x {sim['tokens']} tokens, full verification, "
         f"seed {sim['seed']}; se = binomial standard error"
@@ -213,3 +218,27 @@ def _tau_table(report: dict[str, Any]) -> Table:
         cells = [f"{read['tau'][g]:.3f}"] if read is not None else []
         table.add_row(str(g + 1), *cells, f"{sim['tau'][g]:.3f}")
     return table
+
+
+def _discrimination_table(report: dict[str, Any]) -> Table:
+    """AUC and calibration of conf_k on the rounds reaching draft k, simulated (and recorded)."""
+    sim, read = report["discrimination"]["simulated"], report["discrimination"]["read"]
+    table = Table(title="confidence on rounds reaching each draft: AUC, bias (conf - rate), ECE")
+    columns = ["pos"]
+    if read is not None:
+        columns += ["read AUC", "bias", "ECE"]
+    columns += ["sim AUC", "bias", "ECE", "rounds"]
+    for name in columns:
+        table.add_column(name, justify="right")
+    for k, d in enumerate(sim):
+        row = [str(k + 1)]
+        if read is not None:
+            r = read[k] if k < len(read) else {"auc": None, "bias": None, "ece": None}
+            row += [_cell(r["auc"]), _signed(r["bias"]), _cell(r["ece"])]
+        row += [_cell(d["auc"]), _signed(d["bias"]), _cell(d["ece"]), f"{d['reached']:,}"]
+        table.add_row(*row)
+    return table
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.4f}"

@@ -21,20 +21,39 @@ class Served(NamedTuple):
     reached: np.ndarray  # rounds that reached each position (the curve's denominators)
 
 
+class Rounds(NamedTuple):
+    """Every served round: the drafter's conditional confidences and the accepted prefix."""
+
+    conf: np.ndarray  # (rounds, gamma)
+    accepted: np.ndarray  # (rounds,)
+
+
+def served_rounds(
+    source: AcceptanceSource, n_requests: int, tokens: int, rng: np.random.Generator
+) -> Rounds:
+    """The rounds a serving run at full verification draws, in draw order."""
+    source.bind(n_requests, rng)
+    emitted, active = np.zeros(n_requests), np.arange(n_requests)
+    confs, accs = [], []
+    while len(active):
+        conf, acc = source.draw(active, rng)
+        confs.append(conf)
+        accs.append(acc)
+        emitted[active] += acc + 1
+        active = active[emitted[active] < tokens]
+    return Rounds(np.concatenate(confs), np.concatenate(accs))
+
+
 def served_curve(
     source: AcceptanceSource, n_requests: int, tokens: int, rng: np.random.Generator
 ) -> Served:
     """The conditional curve, tau and rounds reaching each position, over served rounds."""
-    gamma = source.gamma
-    source.bind(n_requests, rng)
-    emitted, active = np.zeros(n_requests), np.arange(n_requests)
-    reached, passed, rounds = np.zeros(gamma), np.zeros(gamma), 0
+    return summarize(served_rounds(source, n_requests, tokens, rng).accepted, source.gamma)
+
+
+def summarize(accepted: np.ndarray, gamma: int) -> Served:
+    """Conditional curve, tau and rounds reaching each position of these rounds."""
     k = np.arange(gamma)
-    while len(active):
-        _, acc = source.draw(active, rng)
-        reached += (acc[:, None] >= k).sum(axis=0)
-        passed += (acc[:, None] > k).sum(axis=0)
-        rounds += len(active)
-        emitted[active] += acc + 1
-        active = active[emitted[active] < tokens]
-    return Served(passed / np.maximum(reached, 1), float(emitted.sum() / rounds), reached)
+    reached = (accepted[:, None] >= k).sum(axis=0).astype(np.float64)
+    passed = (accepted[:, None] > k).sum(axis=0)
+    return Served(passed / np.maximum(reached, 1), float((accepted + 1).mean()), reached)

@@ -5,11 +5,15 @@ For request r with domain d at round t, the true conditional acceptance probabil
     p[r,k] = sigmoid(logit(q[d,k]) + shift[d] + u[r] + e[r,t,k]),
 u ~ N(0, spread_req^2) fixed per request, e ~ N(0, spread^2) fresh each round. Drafts are accepted
 left to right with probability p; the first rejection ends the prefix. The drafter reports
-    c[r,k] = sigmoid(overconf * logit(p[r,k])),
-so with overconf = 1 the confidence is exactly calibrated (P(accept | c) = c) and its
-discrimination grows with the spreads; overconf > 1 is the over-confidence that STS removes
-(temperature 1/overconf). With rho > 0 (off by default) the round noise follows an AR(1)
-process over a request's consecutive rounds, e[r,t] = rho e[r,t-1] + sqrt(1 - rho^2) eta[r,t],
+    c[r,k] = sigmoid(overconf * (logit(p[r,k]) + n[r,t,k])),  n ~ N(0, noise^2) fresh each round,
+so with noise = 0 and overconf = 1 the confidence is exactly calibrated (P(accept | c) = c) and
+its discrimination grows with the spreads; overconf > 1 is the over-confidence that STS removes
+(temperature 1/overconf). The confidence noise makes discrimination a parameter of its own: it
+blurs which drafts the drafter believes in without moving what the target accepts (its draws
+come from a generator spawned at bind, so the acceptance draws are the same at every noise),
+and it leaves the confidence over-dispersed, as a real head's raw output is. With rho > 0 (off
+by default) the round noise follows an AR(1) process over a request's consecutive rounds,
+e[r,t] = rho e[r,t-1] + sqrt(1 - rho^2) eta[r,t],
 so acceptance comes in easy and hard stretches while its marginal distribution is unchanged.
 With spreads > 0 the served conditional acceptance is not q (rounds that reach draft k select
 easier requests), so sources that name a served curve fit their latent q to it (`fit_latent`):
@@ -50,10 +54,12 @@ class ParametricAcceptance:
     spread_req: float = 0.5
     overconf: float = 1.0
     rho: float = 0.0
+    noise: float = 0.0
     _base: np.ndarray = field(init=False, repr=False)
     _dom: np.ndarray = field(init=False, repr=False)
     _z: np.ndarray = field(init=False, repr=False)
     _noise: np.ndarray = field(init=False, repr=False)
+    _conf_rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._base = np.array(
@@ -81,6 +87,8 @@ class ParametricAcceptance:
             self._z = self._z + rng.normal(0.0, self.spread_req, size=(n_requests, 1))
         if self.rho and self.spread:
             self._noise = rng.normal(0.0, self.spread, size=self._z.shape)
+        if self.noise:
+            self._conf_rng = rng.spawn(1)[0]  # spawning leaves rng's own stream untouched
 
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         # The simulator's hottest call: `take` gathers rows ~4x faster than fancy indexing, and
@@ -97,7 +105,9 @@ class ParametricAcceptance:
             z += noise
         p = expit(z)
         accepted = leading_accepted(rng.random(z.shape), p)
-        conf = p if self.overconf == 1.0 else expit(self.overconf * z)
+        if self.noise:
+            z += self.noise * self._conf_rng.standard_normal(z.shape)
+        conf = p if self.overconf == 1.0 and not self.noise else expit(self.overconf * z)
         return conf, accepted
 
 

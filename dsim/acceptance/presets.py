@@ -16,6 +16,14 @@ TARGETS = ("qwen3-4b", "qwen3-8b", "qwen3-14b")
 DEFAULT_TARGET = "qwen3-8b"
 # The spreads the latent means were fitted at (the parametric model's defaults for presets).
 FIT_SPREAD, FIT_SPREAD_REQ = 1.0, 0.5
+# Where those spreads and the (absent) confidence noise come from: the paper gives no per-request
+# or per-round figures, and the only traces that do are a 135M target's, whose levels do not
+# transfer (docs/presets.md, Spreads and confidence noise; experiments/confidence/README.md).
+SPREAD_EVIDENCE = (
+    "assumed (bracket: spread 0.5-2, spread_req 0.2-1, noise 0-3); the 135M target's trace "
+    "smollm2-parallel measures spread 1.12, spread_req 0.22-0.42, rho 0.11, a raw confidence "
+    "AUC of ~0.65 (noise 1.6); its shape transfers, its levels do not"
+)
 
 # Table 1 accepted length tau (incl. the bonus token) for the columns the domains use.
 DOMAIN_COLUMNS = {"math": "GSM8K", "code": "HumanEval", "chat": "MT-Bench"}

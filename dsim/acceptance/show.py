@@ -5,7 +5,8 @@ and unconditional curves read and the tau they give at each gamma (1 + the first
 survivals); for every spec, the curve
 and tau a simulation serves at full verification (`dsim.acceptance.measure.served_curve`), so
 the two can be compared position by position, with each simulated figure's binomial standard
-error.
+error; and the confidences' discrimination per position (`dsim.acceptance.discrimination`:
+AUC, bias, ECE), simulated and, for a trace, recorded.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import numpy as np
 from scipy.special import expit
 
 from dsim import spec_grammar
-from dsim.acceptance.measure import served_curve
+from dsim.acceptance.discrimination import discrimination
+from dsim.acceptance.measure import served_curve, served_rounds, summarize
 from dsim.acceptance.parametric import ParametricAcceptance
-from dsim.acceptance.presets import PRESET_GAMMA
+from dsim.acceptance.presets import PRESET_GAMMA, SPREAD_EVIDENCE
 from dsim.acceptance.sources import parse_acceptance, scrape_read
-from dsim.acceptance.trace import read_acceptance_trace, trace_gamma
+from dsim.acceptance.trace import conf_columns, read_acceptance_trace, trace_gamma
 from dsim.acceptance.vllm_metrics import Acceptance
 from dsim.checks import check_number
 from dsim.errors import InputError, Notice
@@ -63,11 +65,38 @@ def _read(kind: str, acc: Acceptance, gamma: int) -> dict[str, Any]:
     }
 
 
-def _model(source: Any) -> dict[str, Any] | None:
-    """Spreads and, for one parametric domain, its latent means (as probabilities)."""
+def _recorded_discrimination(spec: str, gamma: int) -> list[dict[str, Any]] | None:
+    """A trace's own confidences against its own outcomes (None for a spec that is no trace)."""
+    if spec_grammar.acceptance(spec) is not None or not Path(spec).is_file():
+        return None
+    df, _ = read_acceptance_trace(spec)
+    g = min(gamma, trace_gamma(df))
+    conf = df[conf_columns(trace_gamma(df))].to_numpy()[:, :g]
+    return discrimination(conf, np.minimum(df["accepted"].to_numpy(), g))
+
+
+def _evidence(spec: str) -> str:
+    """Where a parametric spec's spreads and noise come from."""
+    parts = spec_grammar.acceptance(spec) or []
+    if not any(p.kind in ("preset", "vllm") for p in parts):
+        return "as the spec gives them (unset: 0)"
+    given = any(p.options for p in parts)
+    return f"as the spec gives them where set, else {SPREAD_EVIDENCE}" if given else SPREAD_EVIDENCE
+
+
+def _model(spec: str, source: Any) -> dict[str, Any] | None:
+    """Spreads, confidence options, their evidence and, for one parametric domain, its latent
+    means (as probabilities)."""
     if not isinstance(source, ParametricAcceptance):
         return None
-    out: dict[str, Any] = {"spread": source.spread, "spread_req": source.spread_req}
+    out: dict[str, Any] = {
+        "spread": source.spread,
+        "spread_req": source.spread_req,
+        "rho": source.rho,
+        "overconf": source.overconf,
+        "noise": source.noise,
+        "evidence": _evidence(spec),
+    }
     if len(source.domains) == 1:
         out["latent"] = expit(source.latent[0]).tolist()
     return out
@@ -87,14 +116,16 @@ def acceptance_report(
     with warnings.catch_warnings():  # the report says it itself
         warnings.simplefilter("ignore", Notice)
         sources = [parse_acceptance(spec, g) for g in range(1, gamma + 1)]
-    served = [served_curve(s, requests, tokens, np.random.default_rng(seed)) for s in sources]
+    served = [served_curve(s, requests, tokens, np.random.default_rng(seed)) for s in sources[:-1]]
+    rounds = served_rounds(sources[-1], requests, tokens, np.random.default_rng(seed))
+    served.append(summarize(rounds.accepted, gamma))
     curve, reached = served[-1].curve, served[-1].reached
     se = np.sqrt(curve * (1 - curve) / np.maximum(reached, 1))
     return {
         "spec": spec,
         "gamma": gamma,
         "read": None if recorded is None else _read(*recorded, gamma),
-        "model": _model(sources[-1]),
+        "model": _model(spec, sources[-1]),
         "simulated": {
             "requests": requests,
             "tokens": tokens,
@@ -103,5 +134,9 @@ def acceptance_report(
             "se": [float(e) if n else None for e, n in zip(se, reached, strict=True)],
             "rounds_reaching": reached.astype(int).tolist(),
             "tau": [s.tau for s in served],
+        },
+        "discrimination": {
+            "simulated": discrimination(rounds.conf, rounds.accepted),
+            "read": _recorded_discrimination(spec, gamma),
         },
     }

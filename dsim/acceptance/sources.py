@@ -4,7 +4,7 @@
 `preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics scrape, its latent means
 fitted to serve its curve), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file.
 Parametric specs take options in brackets, e.g.
-`preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8]`
+`preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8,noise=1]`
 (docs/presets.md); `vllm:` also takes the strings `model=NAME` and `since=BEFORE_SCRAPE`.
 """
 
@@ -43,10 +43,11 @@ class AcceptanceSource(Protocol):
     def draw(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-_OPTIONS = {"spread", "spread_req", "overconf", "rho"}
+_OPTIONS = {"spread", "spread_req", "overconf", "rho", "noise"}
 # Logit noise wider than this makes every draft's acceptance a coin flip of 0 or 1 (and the
-# fits overflow): no drafter's confidences spread so (docs/design.md, Input limits).
-SPREADS, MAX_SPREAD = ("spread", "spread_req"), 20.0
+# fits overflow), or every confidence 0 or 1: no drafter's confidences spread so
+# (docs/design.md, Input limits).
+SPREADS, MAX_SPREAD = ("spread", "spread_req", "noise"), 20.0
 _VLLM_OPTIONS = ("model", "since")  # string-valued, vllm: only
 
 

@@ -26,8 +26,10 @@ DIR = Path(__file__).resolve().parent
 ROOT = DIR.parent.parent
 PROFILE = "profiles/h200x8-deepseek-v3-fp8-roofline.csv"
 DRAFT = "profiles/h200x8-deepseek-v3-fp8-mtp-roofline.csv"
-# The rule's acceptance; spreads and noise as the rule fixes them (copied in before the run).
-ACCEPTANCE = "positions:0.80,0.72,0.66,0.62,0.58,0.55,0.52"
+# The rule's acceptance with the spreads and noise it copied in from experiments/confidence.
+ACCEPTANCE = (
+    "positions:0.80,0.72,0.66,0.62,0.58,0.55,0.52[spread=1.125,spread_req=0.422,noise=1.592]"
+)
 CONCURRENCY = (1, 16, 32, 64, 128, 256)
 POLICIES = ("ar", "fixed:1", "fixed:3", "fixed:5", "fixed:6", "fixed:7", "vllm-adaptive")
 SEEDS = (0, 1, 2)

@@ -281,4 +281,3 @@ def test_counterexample_vllm_adaptive_gives_07_with_its_budget_a_round_late() ->
 
     assert _close(first_token_a(choose), 0.7)
     assert set(seen) == {0, 2}  # the budget does move: the test has power
-

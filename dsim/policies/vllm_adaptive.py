@@ -137,7 +137,7 @@ def read_curves(path: str) -> Curves:
     """`costs=FILE`: rows `table,size,ms` (table draft: size in requests; verify: in tokens),
     read once per process; the drafter's and the target's curves in seconds."""
     df = read_table(path)
-    require_columns(df, ("table", "size", "ms"), path)
+    require_columns(df, path, ("table", "size", "ms"))
     curves: dict[str, list[tuple[int, float]]] = {"draft": [], "verify": []}
     for row, (table, size, ms) in enumerate(df[["table", "size", "ms"]].itertuples(False), 2):
         try:

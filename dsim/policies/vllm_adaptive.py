@@ -4,10 +4,11 @@ as its code has it (docs/design.md, vLLM's adaptive verification).
 Source read: `vllm/v1/worker/gpu/spec_decode/adaptive_verification.py` at commit
 9cc1a19eb69b6977c7e3ef20493477ac92b3ce94 (github.com/TheEpicDolphin/vllm, a fork of
 vllm-project/vllm carrying the merged file; the revision of it stored under vllm-project/vllm
-here, 8eadfc2c4c29812fba0dfe8a547b4ef29bdafec9, predates the logits cap and the startup
-profile), its caller `vllm/v1/worker/gpu/model_runner.py` (`max_total_logits =
-get_max_chunk_logits(vocab_size)`, `record_confidences` after each drafting) and
-`get_max_chunk_logits` (one 1 GiB float32 chunk of logits rows).
+here, 8eadfc2c4c29812fba0dfe8a547b4ef29bdafec9, is another revision: no logits cap, no startup
+profile, tables interpolated from captured-graph timings), its caller
+`vllm/v1/worker/gpu/model_runner.py` (`max_total_logits = get_max_chunk_logits(vocab_size)`,
+`record_confidences` after each drafting) and `get_max_chunk_logits` (one 1 GiB float32 chunk
+of logits rows).
 
 The rule, per step:
 - budget B from stale confidences: survival S(r, i) = c_r1 ... c_ri of each request's

@@ -69,3 +69,15 @@ def parse_number(text: str, name: str, *, integer: bool = False, **bounds: float
         kind = "an integer" if integer else "a number"
         raise InputError(None, None, f"{name} must be {kind}, got {text!r}") from None
     return check_number(value, name, integer=integer, **bounds)
+
+
+def check_sizes(sizes: tuple[int, ...], what: str) -> tuple[int, ...]:
+    """`sizes` as positive integers in increasing order (InputError naming `what` otherwise)."""
+    ok = bool(sizes) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes
+    )
+    if not ok or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+        raise InputError(
+            None, None, f"{what} must be positive integers in increasing order, got {list(sizes)}"
+        )
+    return sizes

@@ -19,13 +19,14 @@ from typing import Any
 
 from dsim import shipped, spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
-from dsim.checks import check_number
+from dsim.checks import check_number, check_sizes
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
 from dsim.codehash import user_sources
 from dsim.engine.config import (
     DraftCost,
     EngineConfig,
+    EngineShape,
     SchedCost,
     check_ragged_penalty,
     drafter_kind,
@@ -209,7 +210,29 @@ def engine_config(
         fused_prefill=spec.fused_prefill,
         sched=sched,
         ragged_penalty=ragged_prior if spec.ragged_penalty is None else spec.ragged_penalty,
+        shape=engine_shape(target, spec.gamma),
     )
+
+
+def engine_shape(target: Profile, gamma: int) -> EngineShape:
+    """The captured verify token counts and the vocabulary the profile's sidecar records (a
+    graph keyed by requests captures R x (1 + gamma) tokens of a uniform verify step)."""
+    side = target.sidecar
+    graphs = side.get("engine", {}).get("graphs") or {}
+    graphs = graphs if isinstance(graphs, dict) else {}
+    sizes = graphs.get("sizes") or ()
+    where = f"{Path(target.path).with_suffix('.json')}: engine graphs sizes"
+    if sizes:
+        sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), where)
+    if graphs.get("decode") == "eager":
+        sizes = ()
+    elif graphs.get("keyed_by") == "requests":
+        sizes = tuple(s * (1 + gamma) for s in sizes)
+    vocab = side.get("architecture", {}).get("vocab") or side.get("model_config", {}).get(
+        "vocab_size", 0
+    )
+    vocab = int(check_number(vocab, "vocab", ge=0, le=2**31, integer=True, where=target.path))
+    return EngineShape(sizes, vocab)
 
 
 def scheduling(target: Profile) -> Scheduling | None:

@@ -32,6 +32,7 @@ from dsim.policies.check import (
     TOY_SETTINGS,
     Instance,
     check_property,
+    sps_step,
     toy_chains,
     toy_decode,
     violation,
@@ -168,7 +169,7 @@ def decoded(spec: str, profile: str, sla: float | None, seed: int = 3):
 
 
 @pytest.mark.parametrize(("profile", "sla"), TOY_SETTINGS)
-@pytest.mark.parametrize("spec", ["dspark", "dspark-async", "goodput"])
+@pytest.mark.parametrize("spec", ["dspark", "dspark-async", "goodput", "vllm-adaptive"])
 def test_adaptive_policies_are_lossless(spec: str, profile: str, sla: float | None) -> None:
     out, rounds = decoded(spec, profile, sla)
     assert len(np.unique(np.concatenate(rounds))) >= 2  # lengths vary: the test means something
@@ -263,3 +264,20 @@ def test_counterexample_dspark_async_gives_07_once_history_is_old() -> None:
 def test_counterexample_dspark_async_first_round() -> None:
     p_hat = first_token_a(lambda conf: parse_policy("dspark-async").lengths(conf, SPS_TABLE, None))
     assert _close(p_hat, 0.7)
+
+
+def test_counterexample_vllm_adaptive_gives_07_with_its_budget_a_round_late() -> None:
+    """Trials run as consecutive rounds of one request: the budget is the global argmax (no
+    early stop) over the previous trial's confidences, so it is 2 after that trial drew A and 0
+    after B, and never reads this trial's draft: the target's P(A) = 0.7 holds."""
+    policy = parse_policy("vllm-adaptive")
+    step = sps_step(lambda b: SPS_TABLE[np.asarray(b)], 1, 2, 3)
+    seen: list[int] = []
+
+    def choose(conf):
+        out = policy.lengths(conf, SPS_TABLE, None, step)
+        seen.append(int(out[0]))
+        return out
+
+    assert _close(first_token_a(choose), 0.7)
+    assert set(seen) == {0, 2}  # the budget does move: the test has power

@@ -14,6 +14,16 @@ MAX_RAGGED_PENALTY = 10.0  # an 11x step is no engine's graph fallback: a typo, 
 
 
 @dataclass(frozen=True)
+class EngineShape:
+    """What an engine-side scheduler that profiles the engine at startup reads of it (the
+    profile's sidecar): the verify token counts its CUDA graphs capture (increasing; empty:
+    none) and the target's vocabulary (0: unknown), which sizes the sampler's logits chunk."""
+
+    capture_sizes: tuple[int, ...] = ()
+    vocab: int = 0
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """One replica's limits: drafts per round, concurrency, KV cache and prefill chunking, and
     whether a step's prefill chunks share the verify pass (fused, vLLM's chunked prefill) or run
@@ -41,6 +51,7 @@ class EngineConfig:
     # pays (1 + ragged_penalty) x its target pass, unless it is fused with prefill, which the
     # engines dsim models run without full CUDA graphs anyway (docs/design.md, Ragged verify).
     ragged_penalty: float = 0.0
+    shape: EngineShape = EngineShape()
 
     def __post_init__(self) -> None:
         for name in ("gamma", "max_seqs", "kv_tokens", "block_size", "prefill_chunk"):

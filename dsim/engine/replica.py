@@ -47,7 +47,7 @@ from dsim.engine.round_kernels import ID, KV_END, LEFT, ORDER, VERIFIED, commit_
 from dsim.engine.steplog import StepLog, StepRecorder
 from dsim.errors import InputError, SimulationStuck
 from dsim.hardware.latency import LatencyModel, StepPrice, StepRate
-from dsim.policies.protocol import Policy, policy_traits
+from dsim.policies.protocol import EngineCosts, Policy, StepContext, ask, policy_traits
 from dsim.workload import Workload
 
 MAX_STALLED_STEPS = 1000  # consecutive zero-length steps before the engine reports it is stuck
@@ -107,6 +107,8 @@ class Replica:
         # pass can start: its scheduling cost is on the critical path (profile clock only).
         self.synchronous = traits.synchronous and not isinstance(self.clock, WallClock)
         self.observe = traits.observe
+        # A policy that reads the step's shape prices it with its own startup tables.
+        self.costs = self._engine_costs() if traits.reads_step else None
         self.lookahead = 1 + (cfg.gamma if self.drafts else 0)
         # (ctx + pad) // block_size = kv.blocks_for(ctx + lookahead): a round's KV need
         self.pad = self.lookahead + cfg.block_size - 1
@@ -146,6 +148,28 @@ class Replica:
                 f"request needs {int(need[i])} KV tokens, "
                 f"more than --kv-tokens {self.cfg.kv_tokens}",
             )
+
+    def _engine_costs(self) -> EngineCosts:
+        """How this replica's engine prices the shapes a scheduler profiles at startup: the
+        profile's verify step and the drafter's round (a dummy run's batch carries no
+        prefill)."""
+        cfg, latency, draft = self.cfg, self.latency, self.draft_cost
+        return EngineCosts(
+            verify_s=lambda n, seqs, ctx: float(latency.latency(n, seqs, ctx)),
+            draft_s=lambda seqs, ctx: draft.seconds(seqs, cfg.gamma, ctx, latency),
+            capture_sizes=cfg.shape.capture_sizes,
+            max_tokens=cfg.token_budget or cfg.max_seqs * (1 + cfg.gamma) + cfg.prefill_chunk,
+            max_reqs=cfg.max_seqs,
+            gamma=cfg.gamma,
+            vocab=cfg.shape.vocab,
+        )
+
+    def _step_context(self, r: int, takes: list[int]) -> StepContext:
+        """The decode step's shape: its requests (running plus prefill chunks), T (one token a
+        running request plus the chunks') and N_sampling (running requests plus the chunks
+        that complete their prompt)."""
+        done = sum(e[1] == t for e, t in zip(self.prefilling, takes, strict=False))
+        return StepContext(r + len(takes), r + sum(takes), r + done, self.ids, self.costs)
 
     @property
     def free_blocks(self) -> int:
@@ -303,7 +327,10 @@ class Replica:
         # (vLLM's rule): only a decode-only or unfused step can pay the ragged penalty.
         penalty = 0.0 if takes and self.cfg.fused_prefill else self.cfg.ragged_penalty
         if r and self.drafts:
-            draft_s, target_s, verify_tokens = self._decode_round(plan, r, ctx, price, penalty)
+            shape = self._step_context(r, takes) if self.costs is not None else None
+            draft_s, target_s, verify_tokens = self._decode_round(
+                plan, r, ctx, price, penalty, shape
+            )
         elif r:
             draft_s, target_s, verify_tokens = self._plain_round(plan, r, price)
         else:
@@ -320,17 +347,25 @@ class Replica:
         return step_s
 
     def _decode_round(
-        self, plan: StepPlan, r: int, ctx: float, price: StepPrice, penalty: float
+        self,
+        plan: StepPlan,
+        r: int,
+        ctx: float,
+        price: StepPrice,
+        penalty: float,
+        shape: StepContext | None,
     ) -> tuple[float, float, int]:
         """Draft, schedule and verify one round of the batch's r requests into `plan`: the
         drafter's (and a synchronous scheduler's) seconds, the target pass's, which pays
-        (1 + penalty) when the round's lengths are ragged (`ragged`), and its verify tokens."""
+        (1 + penalty) when the round's lengths are ragged (`ragged`), and its verify tokens.
+        The policy's SPS is this step's own price (`StepRate` over the `price` charged below),
+        so a draft it trims saves what the step's charge saves."""
         ids = self.ids
         conf, truth = self.backend.draw(ids, self.rng)
         draft_s = self.draft_cost.seconds(r, self.cfg.gamma, ctx, price)
         if self.synchronous:  # the verify pass waits for the host's schedule
             draft_s += self.cfg.sched.seconds(r)
-        lengths = self.policy.lengths(conf, StepRate(price, draft_s, penalty), truth)
+        lengths = ask(self.policy, conf, StepRate(price, draft_s, penalty), truth, shape)
         emitted, accepted, stop = self.backend.verify(ids, lengths, truth)
         if self.observe is not None:
             self.observe(lengths, accepted)

@@ -9,11 +9,12 @@ from pathlib import Path
 import typer
 
 from dsim import spec_grammar
+from dsim.checks import check_sizes
 from dsim.errors import InputError
 from dsim.fileio import check_output_file
 from dsim.force_option import FORCE
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
-from dsim.hardware.gpu_model import GPUS, check_sizes
+from dsim.hardware.gpu_model import GPUS
 from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2
 

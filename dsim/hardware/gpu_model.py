@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dsim.checks import check_sizes
 from dsim.errors import InputError
 from dsim.hardware.arch import (
     ACT_BYTES,
@@ -344,18 +345,6 @@ class Graphs:
         within = self._key(tokens, seqs) <= self.sizes[-1]
         mode_s = np.where(np.asarray(prefill, bool), per_mode[self.prefill], per_mode[self.decode])
         return layers * np.where(within, mode_s, self.eager_layer_s)
-
-
-def check_sizes(sizes: tuple[int, ...], what: str) -> tuple[int, ...]:
-    """`sizes` as positive integers in increasing order (InputError naming `what` otherwise)."""
-    ok = bool(sizes) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes
-    )
-    if not ok or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
-        raise InputError(
-            None, None, f"{what} must be positive integers in increasing order, got {list(sizes)}"
-        )
-    return sizes
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dsim.policies.protocol import Policy, policy_traits
+from dsim.policies.protocol import SPS, EngineCosts, Policy, StepContext, ask, policy_traits
 
 # SLA settings: none, or this factor times SPS(R), the speed of a round that verifies no draft;
 # 1e9 is an SLA no round can meet.
@@ -106,6 +106,25 @@ def random_instance(
     return Instance(conf, changed, request, draft, sps, sla, warmup, rng.integers(0, gamma + 1, r))
 
 
+def sps_step(sps: SPS, r: int, gamma: int, max_tokens: int) -> StepContext:
+    """A decode step of r running requests (ids 0..r-1, no prefill) for a policy that reads
+    the step: its startup prices are the SPS itself, 1 / SPS(B) at every B = 1..max_tokens
+    where SPS is finite, with no drafter cost and no logits cap."""
+    b = np.arange(1, max_tokens + 1)
+    seconds = 1.0 / np.asarray(sps(b), np.float64)
+    ok = np.isfinite(seconds)
+    costs = EngineCosts(
+        verify_s=lambda n, seqs, ctx: float(seconds[n - 1]),
+        draft_s=lambda seqs, ctx: 0.0,
+        capture_sizes=tuple(int(n) for n in b[ok]),
+        max_tokens=max_tokens,
+        max_reqs=max_tokens,
+        gamma=gamma,
+        vocab=0,
+    )
+    return StepContext(r, r, r, np.arange(r), costs)
+
+
 def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.ndarray]:
     """The lengths two copies of the policy give for `conf` and `changed` after the warm-up."""
     table = inst.sps
@@ -113,16 +132,19 @@ def _decide(make_policy: MakePolicy, inst: Instance) -> tuple[np.ndarray, np.nda
     def sps(b):
         return table[np.asarray(b)]
 
+    def step(conf: np.ndarray) -> StepContext:
+        return sps_step(sps, conf.shape[0], conf.shape[1], len(table) - 1)
+
     policy = make_policy(inst.sla_tps)
     for conf, truth in inst.warmup:
-        lengths = np.asarray(policy.lengths(conf, sps, truth))
+        lengths = np.asarray(ask(policy, conf, sps, truth, step(conf)))
         observe = policy_traits(policy).observe
         if observe is not None:
             observe(lengths, np.minimum(lengths, truth))
     twin = copy.deepcopy(policy)
     return (
-        np.asarray(policy.lengths(inst.conf, sps, inst.truth)),
-        np.asarray(twin.lengths(inst.changed, sps, inst.truth)),
+        np.asarray(ask(policy, inst.conf, sps, inst.truth, step(inst.conf))),
+        np.asarray(ask(twin, inst.changed, sps, inst.truth, step(inst.changed))),
     )
 
 
@@ -225,10 +247,15 @@ def toy_decode(
     policies = [make_policy(sla_tps) for _ in range(n_seq // BATCH)]
     rounds: list[np.ndarray] = []
 
+    step = sps_step(fn, BATCH, GAMMA, BATCH * (1 + GAMMA))
+
     def lengths_for(states: np.ndarray) -> np.ndarray:
         conf = TOY_CONF[states]
         out = np.concatenate(
-            [p.lengths(conf[i * BATCH : (i + 1) * BATCH], fn, None) for i, p in enumerate(policies)]
+            [
+                ask(p, conf[i * BATCH : (i + 1) * BATCH], fn, None, step)
+                for i, p in enumerate(policies)
+            ]
         )
         rounds.append(out)
         return out

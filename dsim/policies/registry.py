@@ -12,6 +12,7 @@ from dsim.errors import InputError
 from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
 from dsim.policies.plugin import plugin_maker
 from dsim.policies.protocol import Policy
+from dsim.policies.vllm_adaptive import parse as parse_vllm_adaptive
 from dsim.spec_grammar import name_arg, number
 
 # (spec, the text after the kind's colon, SLA) -> a fresh policy, or None if ARG does not fit
@@ -53,6 +54,10 @@ def _with_sla(cls: type[Goodput | DSpark | DSparkAsync]) -> Build:
     return lambda spec, arg, sla: None if arg else cls(sla_tps=sla)
 
 
+def _vllm_adaptive(spec: str, arg: str, sla: float | None) -> Policy:
+    return parse_vllm_adaptive(spec, arg)
+
+
 def _oracle(spec: str, arg: str, sla: float | None) -> Oracle | None:
     return Oracle() if spec == "oracle" else None
 
@@ -65,6 +70,7 @@ BUILT_INS = (
     Entry("goodput", _with_sla(Goodput), reads_sla=True),
     Entry("dspark", _with_sla(DSpark), reads_sla=True),
     Entry("dspark-async", _with_sla(DSparkAsync), reads_sla=True),
+    Entry("vllm-adaptive", _vllm_adaptive),
     Entry("oracle", _oracle, claims=False),
 )
 _BY_KIND = {entry.kind: entry for entry in BUILT_INS}

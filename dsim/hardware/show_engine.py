@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dsim.hardware.latency import LatencyModel
+from dsim.hardware.moe import PARTS as MOE_PARTS
 from dsim.report import figure
 
 OPERATORS = ("linear", "elementwise", "attention", "lm_head")
@@ -16,7 +17,7 @@ STEP_COLUMNS = (
     ("operators", OPERATORS),
     ("all-reduce", ("allreduce",)),
     ("padding", ("padding",)),
-    ("MoE", ("moe_shortfall",)),
+    ("MoE", MOE_PARTS),
     ("host overlapped", ("host_overlapped",)),
     ("host serialised", ("host_serialised",)),
     ("step", ("step",)),

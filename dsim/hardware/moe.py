@@ -36,7 +36,7 @@ PARTS = ("moe_kernels", "moe_gemm", "moe_a2a")
 # from vLLM's benchmarks/kernels/benchmark_moe.py (CUDA-graph timed): time = latency +
 # weight bytes / (eta x bandwidth) fitted through each series' batch-1 and batch-128 points.
 # Log-linear between the widths, flat beyond them (docs/engine-priors.md, f.1).
-ETA_BY_WIDTH = ((256, 0.69), (768, 0.78), (7168, 0.91))
+ETA_BY_WIDTH = ((256, 0.66), (768, 0.78), (7168, 0.91))
 # Range of the engine version's scale on eta: an untuned kernel configuration runs the same
 # shape up to 1.6x slower than a tuned one, a later kernel (swap-AB, narrow N tiles) up to 1.21x
 # faster (f.2).

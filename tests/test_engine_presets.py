@@ -311,6 +311,7 @@ def test_profile_show_prints_the_engines_step_and_round_parts_and_priors(
     assert code == 0
     assert "a step's parts (ms)" in stdout and "a round's engine parts (ms)" in stdout
     assert "priors (value, range, source)" in stdout and "(20-150)" in stdout
+    assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in stdout
     meta = json.loads(out.with_suffix(".json").read_text())
     for parts in meta["breakdown_ms"].values():
         gpu = sum(parts[k] for k in ("linear", "elementwise", "attention", "lm_head", "allreduce",

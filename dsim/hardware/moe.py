@@ -52,6 +52,20 @@ A2A_LINK_FRAC = 0.88
 A2A_LATENCY_S = 15e-6
 
 
+def record() -> dict:
+    """The priors an MoE layer is priced with, for a sidecar (the engine's scale is its own)."""
+    return {
+        "eta_by_width": [list(p) for p in ETA_BY_WIDTH],
+        "scale_range": list(SCALE_RANGE),
+        "align_s": ALIGN_S,
+        "gemm_latency_s": GEMM_LATENCY_S,
+        "block_m": list(BLOCK_M),
+        "a2a_link_frac": A2A_LINK_FRAC,
+        "a2a_latency_s": A2A_LATENCY_S,
+        "source": "docs/engine-priors.md, section f",
+    }
+
+
 def slice_eta(width: float) -> float:
     """The grouped GEMM's bandwidth efficiency on expert slices `width` wide."""
     w, eta = zip(*ETA_BY_WIDTH, strict=True)

@@ -21,15 +21,28 @@ module prices is what the engine's fused-MoE path launches after it:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from dsim.errors import InputError
 from dsim.hardware.arch import ACT_BYTES, Arch, Parallel, expected_experts, expert_weights
 
-if TYPE_CHECKING:
-    from dsim.hardware.gpu_model import Gpu, KernelFit
+
+class Gpu(Protocol):
+    """What this module reads of `gpu_model.Gpu` (which calls it: no import back)."""
+
+    flops: float
+    flops_fp8: float
+    bandwidth: float
+    calibration: str
+
+
+class KernelFit(Protocol):
+    """What this module reads of `gpu_model.KernelFit`."""
+
+    flop_frac: float
+
 
 PARTS = ("moe_kernels", "moe_gemm", "moe_a2a")
 # Grouped-GEMM bandwidth efficiency by the expert slice's width (moe_intermediate / split),
@@ -94,7 +107,7 @@ def gemm_memory_seconds(arch: Arch, par: Parallel, gpu: Gpu, tokens: np.ndarray)
     bandwidth): what the engine's scale divides (`engine_fit`)."""
     n = np.asarray(tokens, np.float64)
     width, shapes = gemm_shapes(arch, par)
-    params, _ = expert_weights(arch, par, n)
+    params = expert_weights(arch, par, n)
     rows = n * arch.top_k / par.ep
     act = sum(rows * (d_in + d_out) * ACT_BYTES for d_in, d_out in shapes)
     return (params * par.weight_bytes + act) / (slice_eta(width) * gpu.bandwidth)

@@ -381,8 +381,8 @@ def step_costs(
     graphs: Graphs | None = None,
 ) -> dict[str, np.ndarray]:
     """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run) and its
-    `padding` share; `host_overlapped` (the engine's overlapped
-    host time plus the launches graphs do not cover) and `launches`; `host_serialised`."""
+    `padding` share; `host_overlapped` (the engine's overlapped host time plus the launches
+    graphs do not cover) and `launches`; `host_serialised`."""
     n = np.asarray(tokens, np.float64)
     run = n if graphs is None else graphs.padded(n, seqs, prefill)
     shape = (arch, par, gpu, fit, allreduce)

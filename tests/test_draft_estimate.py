@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli
 
 from dsim.engine.config import parse_draft_cost
-from dsim.hardware import gpu_fit, zoo
+from dsim.hardware import gpu_fit, moe, zoo
 from dsim.hardware.arch import ACT_BYTES, Parallel
 from dsim.hardware.draft_pass import (
     DRAFT_MODELS,
@@ -71,15 +71,19 @@ def test_mtp_on_an_moe_target_is_one_moe_layer_and_pays_its_engine_term():
     target = target_parts("qwen3-30b-a3b", Parallel())
     mtp = pass_parts(get_draft_model("mtp"), price(arch, Parallel()), N, R, C)
     np.testing.assert_allclose(mtp["linear"], target["linear"] / arch.layers, rtol=1e-12)
-    engine = get_engine("vllm")
+    for part in moe.PARTS:
+        np.testing.assert_allclose(mtp[part], target[part] / arch.layers, rtol=1e-12)
+    engine = get_engine("vllm-0.8")
     terms = drafter_terms(engine.terms, 1.0)
     assert terms.per_seq_s == terms.per_step_s == terms.per_token_s == 0.0
     assert terms.overlap_step_s == terms.overlap_seq_s == 0.0
-    assert terms.per_moe_layer_s == engine.terms.per_moe_layer_s > 0
-    df, meta = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(2048,))
+    assert terms.moe_gemm_scale == engine.terms.moe_gemm_scale < 1  # the engine's GEMMs
+    df, meta = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(2048,), engine="vllm-0.8")
     row = df[(df["batch_tokens"] == 256) & (df["num_seqs"] == 256)].iloc[0]
-    parts = pass_parts(get_draft_model("mtp"), price(arch, Parallel()), 256.0, 256.0, 2048.0)
-    work_ms = sum(float(v) for v in parts.values()) * 1e3 + terms.per_moe_layer_s * 1e3
+    at = (get_draft_model("mtp"), price(arch, Parallel()), 256.0, 256.0, 2048.0)
+    parts = pass_parts(*at, terms.moe_gemm_scale)
+    assert parts["moe_gemm"] > pass_parts(*at)["moe_gemm"]  # slower than the prior's kernels
+    work_ms = sum(float(v) for v in parts.values()) * 1e3 + terms.per_layer_s * 1e3
     floor_ms = engine.spec_round.host_pass_s * 1e3  # the host time per proposer step
     assert row["latency_ms"] == pytest.approx(max(work_ms, floor_ms), rel=1e-5)
     small = df[(df["batch_tokens"] == 1) & (df["num_seqs"] == 1)].iloc[0]
@@ -164,11 +168,13 @@ def test_cli_writes_a_drafter_profile_that_run_reads(monkeypatch, capsys, tmp_pa
 
 
 def test_drafter_costs_follow_the_chosen_engine():
-    """A pass under an engine: max(the GPU-only pass + the MoE layer term, host per step)."""
+    """A pass under current vLLM: max(the GPU-only pass, host per step); its MoE kernels are
+    the prior's (scale 1) and it has no per-layer host term, so its work is GPU-only's."""
     base, _ = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(1024,), engine="gpu-only")
     vllm, _ = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(1024,), engine="vllm")
     engine = get_engine("vllm")
-    work = base["latency_ms"].to_numpy() + engine.terms.per_moe_layer_s * 1e3
+    assert engine.terms.moe_gemm_scale == 1.0 and engine.terms.per_layer_s == 0.0
+    work = base["latency_ms"].to_numpy()
     want = np.maximum(work, engine.spec_round.host_pass_s * 1e3)
     np.testing.assert_allclose(vllm["latency_ms"].to_numpy(), want, rtol=1e-6)
     assert (work < engine.spec_round.host_pass_s * 1e3).any()  # the floor binds somewhere

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 
-from dsim.hardware import engine_fit, zoo
+from dsim.hardware import engine_fit, moe, zoo
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES, get_engine
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.latency import LatencyModel, read_profile
@@ -25,16 +25,15 @@ def latency(engine: str, scale: float = 1.0, model: str = "qwen3-8b") -> np.ndar
 
 
 def test_terms_price_the_closed_form():
-    terms = StepOverhead(2e-4, 3e-5, per_step_s=1e-3, per_moe_layer_s=5e-4, per_token_s=7e-6,
+    terms = StepOverhead(2e-4, 3e-5, per_step_s=1e-3, moe_gemm_scale=0.8, per_token_s=7e-6,
                          overlap_step_s=4e-3, overlap_seq_s=2e-5)  # fmt: skip
     arch = zoo.load_arch("deepseek-v3")  # 61 layers, 58 of them MoE
     got = terms.seconds(arch, np.array([4.0, 16.0]), np.array([8.0, 16.0]))
     fixed = 1e-3 + 61 * 2e-4
     np.testing.assert_allclose(got, [fixed + 4 * 3e-5 + 8 * 7e-6, fixed + 16 * 3e-5 + 16 * 7e-6])
     np.testing.assert_allclose(terms.overlapped(np.array([4.0])), [4e-3 + 4 * 2e-5])
-    assert terms.moe_gpu(arch) == pytest.approx(58 * 5e-4)
     half = terms.scaled(0.5)
-    assert half.per_moe_layer_s == 5e-4  # GPU work: not an engine overhead to scale
+    assert half.moe_gemm_scale == 0.8  # GPU work: not an engine overhead to scale
     assert half.overlap_step_s == pytest.approx(2e-3) and half.per_seq_s == pytest.approx(1.5e-5)
 
 
@@ -74,22 +73,28 @@ def test_every_fitted_term_is_non_negative_and_the_fit_is_deterministic():
 
 def test_the_fit_recovers_terms_that_made_the_gaps():
     """Rows whose measured step is GPU work + known terms give back those terms (exact data):
-    host time per engine on its dense rows, its MoE kernels' time on its MoE rows; the dense
-    host time alike in SGLang and NIM, so vLLM's (their pooled fit) is exact too."""
+    host time per engine on its dense rows, its grouped-GEMM scale on its MoE rows; the dense
+    host time alike in SGLang and NIM, so vLLM's (their pooled fit) is exact too. Versions
+    without MoE rows keep the prior (scale 1); a scale beyond its range comes back at the
+    bound."""
     rows = engine_fit.fit_rows().copy()
     host = dict(per_step_s=1.5e-3)
     true = {
-        "vllm-0.8": StepOverhead(0.0, 2e-5, per_moe_layer_s=3e-4, **host),
-        "sglang": StepOverhead(0.0, 2e-5, per_moe_layer_s=2e-4, **host),
-        "trtllm": StepOverhead(0.0, 2e-5, per_moe_layer_s=2.5e-4, **host),
+        "vllm-0.8": StepOverhead(0.0, 2e-5, moe_gemm_scale=0.7, **host),
+        "sglang": StepOverhead(0.0, 2e-5, moe_gemm_scale=0.9, **host),
+        "trtllm": StepOverhead(0.0, 2e-5, **host),
     }
     rows["measured_s"] = engine_fit.predict(rows, true)
     got = engine_fit.fit_presets(rows)
     for name in ("vllm-0.8", "sglang"):
-        for field in ("per_step_s", "per_moe_layer_s", "per_seq_s"):
+        for field in ("per_step_s", "moe_gemm_scale", "per_seq_s"):
             assert getattr(got[name], field) == pytest.approx(getattr(true[name], field), abs=1e-9)
     assert got["trtllm"].per_step_s == pytest.approx(1.5e-3, abs=1e-9)
+    assert got["trtllm"].moe_gemm_scale == got["vllm"].moe_gemm_scale == 1.0
     assert got["vllm"].overlap_step_s == got["vllm-0.8"].per_step_s and got["vllm"].per_step_s == 0
+    true["sglang"] = StepOverhead(0.0, 2e-5, moe_gemm_scale=0.4, **host)  # below the range
+    rows["measured_s"] = engine_fit.predict(rows, true)
+    assert engine_fit.fit_presets(rows)["sglang"].moe_gemm_scale == moe.SCALE_RANGE[0]
 
 
 def test_the_long_input_rule_leaves_out_exactly_the_30000_token_rows():
@@ -306,10 +311,11 @@ def test_profile_show_prints_the_engines_step_and_round_parts_and_priors(
     assert code == 0
     assert "a step's parts (ms)" in stdout and "a round's engine parts (ms)" in stdout
     assert "priors (value, range, source)" in stdout and "(20-150)" in stdout
+    assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in stdout
     meta = json.loads(out.with_suffix(".json").read_text())
     for parts in meta["breakdown_ms"].values():
         gpu = sum(parts[k] for k in ("linear", "elementwise", "attention", "lm_head", "allreduce",
-                                     "padding", "moe_shortfall"))  # fmt: skip
+                                     "padding", *moe.PARTS))  # fmt: skip
         step = max(gpu, parts["host_overlapped"]) + parts["host_serialised"]
         assert step == pytest.approx(parts["step"], abs=2e-3)
     terms = meta["engine"]["spec_round"]["terms_s"]

@@ -220,8 +220,8 @@ def layer_linears(arch: Arch, par: Parallel, dense_mlp: bool) -> list[tuple[str,
     return ops
 
 
-def expert_weights(arch: Arch, par: Parallel, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(weight params read, flops) of one MoE layer's routed experts on one GPU for B tokens.
+def expert_weights(arch: Arch, par: Parallel, tokens: np.ndarray) -> np.ndarray:
+    """Weight params one MoE layer's routed experts read on one GPU for B tokens.
 
     Without EP each expert is TP-sharded over the replica; with EP each GPU holds E/ep whole
     experts and, routing being uniform, reads its share of the experts the batch touches
@@ -230,6 +230,4 @@ def expert_weights(arch: Arch, par: Parallel, tokens: np.ndarray) -> tuple[np.nd
     per_expert = arch.mlp_params(arch.expert_intermediate)
     touched = expected_experts(arch.experts, arch.top_k, tokens)
     split = par.ep if par.ep > 1 else par.tp
-    params = touched * per_expert / split
-    flops = 2.0 * np.asarray(tokens, np.float64) * arch.top_k * per_expert / split
-    return params, flops
+    return touched * per_expert / split

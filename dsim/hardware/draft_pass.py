@@ -140,31 +140,34 @@ def _extras(draft, arch: Arch, body: Arch, par: Parallel, gpu, fit, n, r) -> dic
     return out
 
 
-def pass_parts(draft, price: Pricing, tokens, seqs, context) -> dict[str, np.ndarray]:
+def pass_parts(
+    draft, price: Pricing, tokens, seqs, context, moe_scale: float = 1.0
+) -> dict[str, np.ndarray]:
     """Seconds by component of one drafter pass of `tokens` over `seqs` sequences at context
-    `context` on the target's setup `price` (GPU work of the operators only)."""
+    `context` on the target's setup `price` (GPU work of the operators only; MoE layers at the
+    engine's grouped-GEMM scale `moe_scale`)."""
     body = draft_arch(draft, price.arch)
     n, r = np.asarray(tokens, np.float64), np.asarray(seqs, np.float64)
     c = np.asarray(context, np.float64)
-    parts = price.with_arch(body).parts(n, r, c, np.zeros(n.shape, bool))
+    parts = price.with_arch(body).parts(n, r, c, np.zeros(n.shape, bool), moe_scale)
     extras = _extras(draft, price.arch, body, price.par, price.gpu, price.cal.kernels, n, r)
     return {**parts, **extras}
 
 
 def drafter_terms(engine_terms: StepOverhead, scale: float) -> StepOverhead:
-    """The engine terms a drafter pass pays: those of running layers (per layer, per MoE
-    layer, the MoE GPU shortfall); the per-step, per-sequence and per-token terms are the
+    """The engine terms a drafter pass pays: those of running layers (per layer, and its MoE
+    layers' grouped-GEMM scale); the per-step, per-sequence and per-token terms are the
     engine step's own (scheduling, input preparation, sampling), paid once a round by the
     target's step, and the host time per proposer step is the round's (`SpecRound`)."""
     t = engine_terms.scaled(scale)
-    return StepOverhead(t.per_layer_s, 0.0, per_moe_layer_s=t.per_moe_layer_s)
+    return StepOverhead(t.per_layer_s, 0.0, moe_gemm_scale=t.moe_gemm_scale)
 
 
 def pass_gpu(draft, price: Pricing, terms: StepOverhead, tokens, seqs, context) -> np.ndarray:
     """Seconds of one drafter pass's work: its operators plus the layer terms it pays."""
     body = draft_arch(draft, price.arch)
-    parts = pass_parts(draft, price, tokens, seqs, context)
-    return sum(parts.values()) + terms.seconds(body, seqs, tokens) + terms.moe_gpu(body)
+    parts = pass_parts(draft, price, tokens, seqs, context, terms.moe_gemm_scale)
+    return sum(parts.values()) + terms.seconds(body, seqs, tokens)
 
 
 def pass_seconds(

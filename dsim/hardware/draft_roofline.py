@@ -9,9 +9,9 @@ tokens over `num_seqs` sequences, as `DraftCost` reads it: an `ar` drafter (eagl
 DeepSeek's chained MTP) makes gamma passes a round, the first over R x (1 + gamma) tokens and the
 others over R, the `block` drafter (dspark) one pass of R x gamma tokens. The engine's per-step,
 per-sequence and per-token terms are charged once per round by the target's verify step (the
-drafter runs inside that engine step); the per-layer and MoE terms, the cost of running layers,
-are charged for the drafter's own layers on every pass, and every pass costs at least the
-engine's host time per proposer step.
+drafter runs inside that engine step); the per-layer term and the MoE layers' grouped-GEMM
+scale, the cost of running layers, are charged for the drafter's own layers on every pass, and
+every pass costs at least the engine's host time per proposer step.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _breakdown(draft, price: Pricing, terms, spec_round, target_terms) -> dict:
     out = {}
     for r, t, c in BREAKDOWN:
         n = r * t
-        parts = pass_parts(draft, price, n, r, c)
+        parts = pass_parts(draft, price, n, r, c, terms.moe_gemm_scale)
         work = float(pass_gpu(draft, price, terms, n, r, c))
         total = float(spec_round.pass_seconds(work))
         step = float(price.step(target_terms, n, r, c, False))
@@ -126,7 +126,7 @@ def drafter_profile(
         "engine": preset.record(overhead_scale),
         "engine_terms_charged": "a pass costs max(its GPU work, the engine's host time per "
         "proposer step: spec_round.host_pass_s); its GPU work pays per_layer_s x drafter "
-        "layers, per_moe_layer_s x its MoE layers and the MoE shortfall; per_step_s, per_seq_s "
+        "layers and its MoE layers' parts at moe_gemm_scale; per_step_s, per_seq_s "
         "and per_token_s are the engine step's (charged once per round by the target's verify "
         "step)",
         "breakdown_ms": _breakdown(*checks),

@@ -4,18 +4,20 @@ docs/engine-v2-rules.md; the v1 readings of the rows: docs/engine-fit-rules.md).
 Each plain-decoding row the rules admit is one measured decode step (median ITL, or mean TPOT
 with the other requests' prefill work in it) at its Little's-law batch R and mean context. Its
 GPU work comes from `gpu_model.step_costs` as fitted on Vidur's operator data (not refitted
-here), at the tokens the engine's CUDA graphs run and with the collectives it calls. What the
-GPU work leaves is fitted by one non-negative least squares on relative error over every row,
-each weighted by its stated noise:
+here), at the tokens the engine's CUDA graphs run and with the collectives it calls, an MoE
+layer priced by its parts (`moe`). What the GPU work leaves is fitted in two stages per engine
+version, each least squares on relative error weighted by the rows' stated noise:
 
-- one GPU term shared by every engine, seconds per byte of routed-expert weights read (the
-  MoE residual, `StepOverhead.moe_s_per_byte`: the same GPU work under every engine);
-- per engine version, the serialised host time per step and per running sequence.
+- the serialised host time per step and per running sequence (non-negative), on its dense
+  rows;
+- then the one scale on the grouped GEMMs' bandwidth-efficiency prior (`moe_gemm_scale`), on
+  its MoE rows, bounded to `moe.SCALE_RANGE` (docs/engine-v2-rules.md, addendum 3, item 2).
 
-An engine version that overlaps host work with the GPU (SGLang 0.4, current vLLM) gets the
-overlapped part as a stated prior (docs/engine-v2-rules.md, addendum 5). Leave-one-source-out
-folds refit without each source; a version left without rows takes terms pooled over the
-engines. Deterministic: no sampling, no starting point.
+A version without dense rows takes host terms pooled over the engines; one without MoE rows
+takes the prior unscaled (TensorRT-LLM, current vLLM) or, in a fold that removed its own,
+the scale pooled over the other engines' MoE rows (a transfer). Current vLLM takes vLLM 0.8.4's
+host work as overlapped (addendum 5). Leave-one-source-out folds refit without each source.
+Deterministic: no sampling, no starting point.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from dsim.hardware import gpu_fit
+from dsim.hardware import gpu_fit, moe
 from dsim.hardware.arch import Parallel
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.graph_priors import graphs
@@ -40,6 +42,7 @@ from dsim.hardware.pricing import Pricing, pricing
 DATA = "data/engines/published_benchmarks.csv"
 EVAL = "data/engines/evaluation_rows.csv"
 FITTED = ("vllm-0.8", "sglang", "trtllm")
+MOE_FITTED = ("vllm-0.8", "sglang")  # the versions with DeepSeek rows (addendum 3, item 2)
 MTBENCH_CONTEXT = 1000  # the MT-Bench row's context (its lengths are not published)
 # The long-input rule's budgets: vLLM 0.8.4's API-server max_num_batched_tokens on H100/H200,
 # SGLang's chunked_prefill_size in the fitted runs' log.
@@ -181,10 +184,21 @@ def gpu_costs(setup: str, version: str, tokens, seqs, context, prefill) -> dict:
     return price.costs(StepOverhead(0.0, 0.0), *arrays, pre)
 
 
+def moe_memory_s(setup: str, version: str, tokens: float) -> float:
+    """A step's grouped-GEMM memory seconds at scale 1 over its MoE layers, at the tokens the
+    engine's graphs run: what the engine's scale divides (`moe.gemm_memory_seconds`)."""
+    price = setup_pricing(setup, version)
+    n = np.array([tokens])
+    run = n if price.graphs is None else price.graphs.padded(n, n, np.array([False]))
+    one = moe.gemm_memory_seconds(price.arch, price.par, price.gpu, run) if price.arch.moe else 0
+    return float(price.arch.moe_layers * np.asarray(one).sum())
+
+
 @cache
 def fit_rows() -> pd.DataFrame:
-    """Every plain row of the rules: measured seconds, R, C, GPU work, the MoE column, the
-    other requests' prefill work (NIM's mean TPOT), and whether it is fitted."""
+    """Every plain row of the rules: measured seconds, R, C, GPU work, the grouped GEMMs'
+    memory time, the other requests' prefill work (NIM's mean TPOT), and whether it is
+    fitted."""
     out = [_p_row(i, *v) for i, v in P_ROWS.items()]
     out += [_e_row(i) | {"fitted": True} for i in E_FITTED]
     out += [_e_row(i) | {"fitted": False, "excluded": "overload (exclusion 1)"} for i in E_OVERLOAD]
@@ -198,7 +212,7 @@ def fit_rows() -> pd.DataFrame:
         row["gpu_s"] = float(costs["gpu"][0])
         row["padding_s"] = float(costs["padding"][0])
         row["launches_s"] = float(costs["launches"][0])
-        row["moe_layers"] = setup_pricing(row["setup"], row["version"]).arch.moe_layers
+        row["moe_mem_s"] = moe_memory_s(row["setup"], row["version"], row["seqs"])
         row.setdefault("prefill_s", 0.0)
     return pd.DataFrame(out)
 
@@ -219,30 +233,40 @@ def _host(rows: pd.DataFrame) -> StepOverhead:
     return StepOverhead(0.0, seq, per_step_s=step)
 
 
-def _moe(rows: pd.DataFrame, host: StepOverhead) -> float:
-    """The MoE kernels' unpriced GPU time per MoE layer on MoE rows, after `host`."""
+def moe_scale(rows: pd.DataFrame, host: StepOverhead) -> float:
+    """The grouped GEMMs' scale on MoE rows after `host`: their decode steps are memory-bound,
+    so a step is its GPU work at scale 1 plus memory x (1/scale - 1), linear in 1/scale; the
+    weighted least-squares 1/scale, bounded to `moe.SCALE_RANGE` (the loss is convex in it)."""
+    meas = rows["measured_s"].to_numpy()
+    mem = rows["moe_mem_s"].to_numpy()
     fixed = host.per_step_s + host.per_seq_s * rows["seqs"].to_numpy()
-    return _nnls(rows, [rows["moe_layers"].to_numpy(np.float64)], fixed)[0]
+    gap = meas - rows["gpu_s"].to_numpy() - rows["prefill_s"].to_numpy() - fixed + mem
+    weight = (1.0 / (meas * rows["noise"].to_numpy())) ** 2
+    inverse = float(np.sum(weight * mem * gap) / np.sum(weight * mem * mem))
+    low, high = moe.SCALE_RANGE
+    return float(np.clip(1.0 / inverse, low, high)) if inverse > 0 else high
 
 
 def fit_presets(rows: pd.DataFrame) -> dict[str, StepOverhead]:
     """Each engine version's terms fitted on `rows` (the fitted ones): host time on its dense
-    rows, then its MoE kernels' shortfall on its MoE rows; terms pooled over the engines
-    where a version has no such rows (said in the record); the overlapped priors of the
-    addendum."""
+    rows, then its grouped-GEMM scale on its MoE rows (module docstring: pooled or prior
+    where a version has no such rows); current vLLM's host work overlapped, its MoE kernels
+    the prior's (measured on vLLM's current fused-MoE kernels)."""
     rows = rows[rows["fitted"]]
-    dense, moe = rows[rows["moe_layers"] == 0], rows[rows["moe_layers"] > 0]
+    dense, moe_rows = rows[rows["moe_mem_s"] == 0], rows[rows["moe_mem_s"] > 0]
     pooled_host = _host(dense)
     out = {}
     for version in FITTED:
         mine = dense[dense["version"] == version]
         host = _host(mine) if len(mine) else pooled_host
-        mine_moe = moe[moe["version"] == version]
-        per_layer = _moe(mine_moe if len(mine_moe) else moe, host)
-        out[version] = replace(host, per_moe_layer_s=per_layer)
+        mine_moe = moe_rows[moe_rows["version"] == version]
+        scale = 1.0
+        if version in MOE_FITTED:
+            scale = moe_scale(mine_moe if len(mine_moe) else moe_rows, host)
+        out[version] = replace(host, moe_gemm_scale=scale)
     vllm = out["vllm-0.8"]
     hidden = dict(overlap_step_s=vllm.per_step_s, overlap_seq_s=vllm.per_seq_s)
-    out["vllm"] = replace(vllm, per_step_s=0.0, per_seq_s=0.0, **hidden)
+    out["vllm"] = replace(vllm, per_step_s=0.0, per_seq_s=0.0, moe_gemm_scale=1.0, **hidden)
     return out
 
 
@@ -251,7 +275,8 @@ def predict(rows: pd.DataFrame, terms: dict[str, StepOverhead]) -> np.ndarray:
     out = np.empty(len(rows))
     for pos, (_, row) in enumerate(rows.iterrows()):
         t = terms[row["version"]]
-        gpu = row["gpu_s"] + t.per_moe_layer_s * row["moe_layers"] + row["prefill_s"]
+        moe_extra = row["moe_mem_s"] * (1.0 / t.moe_gemm_scale - 1.0)
+        gpu = row["gpu_s"] + moe_extra + row["prefill_s"]
         hidden = t.overlap_step_s + t.overlap_seq_s * row["seqs"] + row["launches_s"]
         out[pos] = max(gpu, hidden) + t.per_step_s + t.per_seq_s * row["seqs"]
     return out

@@ -3,13 +3,14 @@ step-time model; profiles/README.md, Engine presets; the rules: docs/engine-v2-r
 
 A preset names the engine version its terms come from and holds: its host time per step and
 per sequence, serialised after the GPU work or overlapped with it (`StepOverhead`, fitted by
-`engine_fit` on published runs of that engine, or a stated transfer), the GPU time its MoE
-kernels add per MoE layer, the CUDA graphs it captures (`Graphs`: sizes, padding, launches where
-they do not cover a step), whether it runs the custom all-reduce, its speculative round
-(`SpecRound`: per round and the host time per proposer step, fitted by `round_fit`), the
-ragged-verify penalty of its graph mode, and its scheduling where engines differ (whether a
-prefill chunk shares a step with decode work, the step's token budget). The fits are
-deterministic and computed when first asked for, so a sidecar's numbers are always the fits'.
+`engine_fit` on published runs of that engine, or a stated transfer), the scale of its MoE
+grouped GEMMs' bandwidth efficiency on the published kernels' (`moe`), the CUDA graphs it
+captures (`Graphs`: sizes, padding, launches where they do not cover a step), whether it runs
+the custom all-reduce, its speculative round (`SpecRound`: per round and the host time per
+proposer step, fitted by `round_fit`), the ragged-verify penalty of its graph mode, and its
+scheduling where engines differ (whether a prefill chunk shares a step with decode work, the
+step's token budget). The fits are deterministic and computed when first asked for, so a
+sidecar's numbers are always the fits'.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from dsim.errors import InputError
+from dsim.hardware import moe
 from dsim.hardware.gpu_model import GRAPH_MODES, Graphs, SpecRound, StepOverhead
 from dsim.hardware.graph_priors import graphs
 
@@ -152,6 +154,7 @@ class Engine:
                 "source": self.spec_round_source,
             },
             "ragged": asdict(self.ragged) | {"penalty": self.ragged.penalty * scale},
+            "moe": moe.record(),
         }
 
 

@@ -6,25 +6,26 @@ time t_c = flops / (flop_frac * peak) and memory time t_m = bytes / (bw_frac * b
 norms, rotary embedding, activation and residual adds cost `elem_kernel + bytes / (elem_bw_frac
 * bandwidth)`; attention is the same soft roofline over the KV bytes read and its flops
 (MODELLED: no measured GPU attention data is available here); tensor parallelism adds two
-measured all-reduces per layer; the LM head runs on the tokens that need logits; a per-step
-overhead (an engine preset's terms per step, layer, MoE layer, sequence and sampled token) covers
-the serving engine's own work.
+measured all-reduces per layer; an MoE layer's experts are priced by their parts (`moe`); the LM
+head runs on the tokens that need logits; a per-step overhead (an engine preset's terms per
+step, layer, sequence and sampled token) covers the serving engine's own work.
 """
 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from dsim.checks import check_sizes
 from dsim.errors import InputError
+from dsim.hardware import moe
 from dsim.hardware.arch import (
     ACT_BYTES,
     Arch,
     Parallel,
-    expert_weights,
     kv_bytes_per_token_layer,
     kv_heads_per_gpu,
     layer_linears,
@@ -255,15 +256,15 @@ class StepOverhead:
       sequence and per sampled token (every verify token; the last token of a prefill prompt);
     - overlapped host time (an engine that schedules step N+1 while the GPU runs step N): per
       step and per sequence, hidden unless it outlasts the GPU work;
-    - `per_moe_layer_s`, GPU work the roofline does not price: seconds per MoE layer of the
-      engine's MoE kernels beyond what their shapes cost (routing, permutation, the fused-MoE
-      kernels' shortfall), inside the GPU work and not scaled by `--overhead-scale`.
+    - `moe_gemm_scale`, the engine's grouped-GEMM bandwidth efficiency as a multiple of the
+      published kernels' (`moe.SCALE_RANGE`; fitted per engine version on its MoE rows, 1 where
+      it has none): GPU work, not scaled by `--overhead-scale`.
     """
 
     per_layer_s: float
     per_seq_s: float
     per_step_s: float = 0.0
-    per_moe_layer_s: float = 0.0
+    moe_gemm_scale: float = 1.0
     per_token_s: float = 0.0
     overlap_step_s: float = 0.0
     overlap_seq_s: float = 0.0
@@ -271,7 +272,7 @@ class StepOverhead:
     def scaled(self, factor: float) -> StepOverhead:
         """Every host term times `factor` (`--overhead-scale`); the GPU term stays."""
         scaled = StepOverhead(*(factor * v for v in astuple(self)))
-        return replace(scaled, per_moe_layer_s=self.per_moe_layer_s)
+        return replace(scaled, moe_gemm_scale=self.moe_gemm_scale)
 
     def seconds(self, arch: Arch, seqs: np.ndarray, sampled: np.ndarray) -> np.ndarray:
         """The serialised host time of steps over `seqs` sequences sampling `sampled` tokens."""
@@ -282,10 +283,6 @@ class StepOverhead:
     def overlapped(self, seqs: np.ndarray) -> np.ndarray:
         """The host time the engine overlaps with the GPU work of steps over `seqs` sequences."""
         return self.overlap_step_s + self.overlap_seq_s * np.asarray(seqs, np.float64)
-
-    def moe_gpu(self, arch: Arch) -> float:
-        """GPU seconds a step's MoE layers cost beyond their priced shapes."""
-        return self.per_moe_layer_s * arch.moe_layers
 
 
 GRAPH_MODES = ("full", "piecewise", "eager")
@@ -455,7 +452,8 @@ def layer_time(
     tokens: np.ndarray,
     dense_mlp: bool,
 ) -> dict[str, np.ndarray]:
-    """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce)."""
+    """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce,
+    no routed experts: `moe`)."""
     n = np.asarray(tokens, np.float64)
     peak = gpu.peak(par.dtype)
     wb = par.weight_bytes
@@ -463,12 +461,6 @@ def layer_time(
     for _, params, d_in, d_out in layer_linears(arch, par, dense_mlp):
         nbytes = params * wb + n * (d_in + d_out) * ACT_BYTES
         linear = linear + linear_time(fit, gpu, 2.0 * n * params, nbytes, peak)
-    if not dense_mlp:
-        params, flops = expert_weights(arch, par, n)
-        split = par.ep if par.ep > 1 else par.tp
-        width = (2 if arch.gated else 1) * arch.expert_intermediate / split
-        act = n * arch.top_k * (arch.hidden + width) * ACT_BYTES * 2  # up and down activations
-        linear = linear + linear_time(fit, gpu, flops, params * wb + act, peak)
     elem = sum(
         count * elementwise_time(fit, gpu, elementwise_bytes(arch, par, n, dense_mlp)[name])
         for name, count in ELEMENTWISE_PER_LAYER.items()
@@ -530,8 +522,10 @@ def step_parts(
     seqs: np.ndarray,
     context: np.ndarray,
     prefill: np.ndarray,
+    moe_scale: float = 1.0,
 ) -> dict[str, np.ndarray]:
-    """Seconds by component of one step on one GPU of the replica, without the step overhead.
+    """Seconds by component of one step on one GPU of the replica, without the step overhead
+    (an MoE layer's parts at the engine's grouped-GEMM scale `moe_scale`).
 
     Verify/decode rows: `tokens` B over `seqs` R, each reading `context` C of KV; every token
     needs logits. Prefill rows: `tokens` P over `seqs` prompts, chunks of n = P/R ending at
@@ -551,11 +545,15 @@ def step_parts(
         if count:
             for key, value in layer_time(arch, par, gpu, fit, n, dense).items():
                 parts[key] = parts[key] + count * value
+    price = partial(elementwise_time, fit, gpu)
+    for key, value in moe.layer_parts(arch, par, gpu, fit, n, moe_scale, price).items():
+        parts[key] = arch.moe_layers * value
     parts["attention"] = sum(
         layers * attention_time(arch, par, gpu, fit, kv, p)
         for layers, kv, p in attention_groups(arch, pairs, r, chunk, c, pre)
     )
-    parts["allreduce"] = 2 * arch.layers * allreduce.time(n * arch.hidden * ACT_BYTES, par.tp)
+    reduces = 2 * arch.layers - (arch.moe_layers if par.ep > 1 else 0)  # EP: dispatch/combine
+    parts["allreduce"] = reduces * allreduce.time(n * arch.hidden * ACT_BYTES, par.tp)
     head = arch.vocab // par.tp * arch.hidden
     head_bytes = head * ACT_BYTES + logits * (arch.hidden + arch.vocab / par.tp) * ACT_BYTES
     parts["lm_head"] = linear_time(fit, gpu, 2.0 * logits * head, head_bytes, gpu.flops)
@@ -581,17 +579,17 @@ def step_costs(
     prefill: np.ndarray,
     graphs: Graphs | None = None,
 ) -> dict[str, np.ndarray]:
-    """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run, the MoE
-    shortfall included) and its `padding` share; `host_overlapped` (the engine's overlapped
-    host time plus the launches graphs do not cover) and `launches`; `host_serialised`."""
+    """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run) and its
+    `padding` share; `host_overlapped` (the engine's overlapped host time plus the launches
+    graphs do not cover) and `launches`; `host_serialised`."""
     n = np.asarray(tokens, np.float64)
     run = n if graphs is None else graphs.padded(n, seqs, prefill)
-    gpu_s = sum(step_parts(arch, par, gpu, fit, allreduce, run, seqs, context, prefill).values())
-    gpu_s = gpu_s + overhead.moe_gpu(arch)
+    shape = (arch, par, gpu, fit, allreduce)
+    scale = overhead.moe_gemm_scale
+    gpu_s = sum(step_parts(*shape, run, seqs, context, prefill, scale).values())
     padding = np.zeros_like(gpu_s)
     if graphs is not None:
-        bare = sum(step_parts(arch, par, gpu, fit, allreduce, n, seqs, context, prefill).values())
-        padding = gpu_s - bare - overhead.moe_gpu(arch)
+        padding = gpu_s - sum(step_parts(*shape, n, seqs, context, prefill, scale).values())
     launches = (
         np.zeros_like(gpu_s) if graphs is None else graphs.launches(n, seqs, prefill, arch.layers)
     )

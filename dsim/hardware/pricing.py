@@ -33,8 +33,9 @@ class Pricing:
     reduce: AllReduce
     graphs: Graphs | None
 
-    def parts(self, tokens, seqs, context, prefill) -> dict[str, np.ndarray]:
-        """GPU seconds by operator (`gpu_model.step_parts`), at the tokens given."""
+    def parts(self, tokens, seqs, context, prefill, moe_scale=1.0) -> dict[str, np.ndarray]:
+        """GPU seconds by operator (`gpu_model.step_parts`), at the tokens given and the
+        engine's grouped-GEMM scale."""
         return step_parts(
             self.arch,
             self.par,
@@ -45,6 +46,7 @@ class Pricing:
             seqs,
             context,
             prefill,
+            moe_scale,
         )
 
     def costs(self, terms: StepOverhead, tokens, seqs, context, prefill) -> dict[str, np.ndarray]:

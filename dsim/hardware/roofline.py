@@ -39,7 +39,10 @@ FORMULA = (
     "bytes/(elem_bw_frac*W); attention (modelled): same soft roofline over KV bytes and "
     "score/value flops; 2 all-reduces of B*hidden*2 bytes (the engine's custom one-shot/"
     "two-shot kernel below 8 MiB, the measured NCCL table above)] + LM head on the tokens "
-    "needing logits + per_moe_layer_s*moe_layers, at the tokens the engine's CUDA graphs run "
+    "needing logits + per MoE layer: its small kernels (top-k, alignment, weighted sum, fp8 input "
+    "quantisation: elementwise), two grouped GEMMs (latency + max(flops on rows padded to the "
+    "block, expert weight bytes/(eta*moe_gemm_scale*W))) and, with EP, dispatch and combine "
+    "over NVLink in place of the MLP all-reduce; at the tokens the engine's CUDA graphs run "
     "(a decode step padded to the next captured size); t_c = flops/(flop_frac*F), t_m = "
     "bytes/(bw_frac*W). Overlapped host = overhead_scale * (overlap_step_s + overlap_seq_s*R) "
     "+ launches the graphs do not cover (per layer: eager past the largest size, attention in "
@@ -122,12 +125,11 @@ def _check_weights_fit(model: str, gpu: str, spec, weights: float, preset: Engin
 
 def _breakdown(price: Pricing, overhead: StepOverhead) -> dict[str, dict[str, float]]:
     """Milliseconds of each part of the step at the named BREAKDOWN points (the sidecar's):
-    the operators' GPU work, the graphs' padding, the MoE shortfall, the host time overlapped
-    (launches included) and serialised, and the step."""
+    the operators' GPU work (an MoE layer's parts among them: `moe.PARTS`), the graphs'
+    padding, the host time overlapped (launches included) and serialised, and the step."""
     label, n, r, c, pre = (np.array(v) for v in zip(*BREAKDOWN, strict=True))
-    parts = price.parts(n, r, c, pre)
+    parts = price.parts(n, r, c, pre, overhead.moe_gemm_scale)
     costs = price.costs(overhead, n, r, c, pre)
-    parts["moe_shortfall"] = costs["gpu"] - costs["padding"] - sum(parts.values())
     parts["padding"] = costs["padding"]
     parts["host_overlapped"] = costs["host_overlapped"]
     parts["launches"] = costs["launches"]

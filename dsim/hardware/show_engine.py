@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dsim.hardware.latency import LatencyModel
+from dsim.hardware.moe import PARTS as MOE_PARTS
 from dsim.report import figure
 
 OPERATORS = ("linear", "elementwise", "attention", "lm_head")
@@ -16,7 +17,7 @@ STEP_COLUMNS = (
     ("operators", OPERATORS),
     ("all-reduce", ("allreduce",)),
     ("padding", ("padding",)),
-    ("MoE", ("moe_shortfall",)),
+    ("MoE", MOE_PARTS),
     ("host overlapped", ("host_overlapped",)),
     ("host serialised", ("host_serialised",)),
     ("step", ("step",)),
@@ -104,6 +105,20 @@ def priors(meta: dict) -> Group | None:
             )
         )
     lines.append(Text(f"- round terms: {engine.get('spec_round', {}).get('source', '?')}"))
+    prior = engine.get("moe")
+    if prior:
+        low, high = prior["scale_range"]
+        etas = ", ".join(f"{w}: {eta:g}" for w, eta in prior["eta_by_width"])
+        lines.append(
+            Text(
+                f"- MoE: grouped-GEMM bandwidth efficiency by expert slice width ({etas}) x the "
+                f"engine's scale {engine['terms_s'].get('moe_gemm_scale', 1.0):.3g} (range "
+                f"{low:.3g}-{high:.3g}); alignment {figure(prior['align_s'] * 1e6)} us, "
+                f"{figure(prior['gemm_latency_s'] * 1e6)} us per grouped GEMM; with EP, "
+                f"dispatch and combine at {prior['a2a_link_frac']:g} of NVLink + "
+                f"{figure(prior['a2a_latency_s'] * 1e6)} us each: {prior['source']}"
+            )
+        )
     return Group(*lines)
 
 

@@ -25,7 +25,6 @@ from typing import Protocol
 
 import numpy as np
 
-from dsim.errors import InputError
 from dsim.hardware.arch import ACT_BYTES, Arch, Parallel, expected_experts, expert_weights
 
 
@@ -36,6 +35,8 @@ class Gpu(Protocol):
     calibration: str
 
     def peak(self, dtype: str) -> float: ...
+
+    def group_link(self, tp: int) -> float: ...
 
 
 class KernelFit(Protocol):
@@ -58,9 +59,9 @@ ALIGN_S = 16e-6  # moe_align_block_size at decode sizes (f.3: 9.4-27.6 us)
 GEMM_LATENCY_S = 2e-6  # fixed time of one grouped GEMM beyond its bytes (f.3: 0.5-3.3 us)
 BLOCK_M = (16, 64)  # vLLM's default block M: 16 while the step's tokens <= experts, else 64
 FP8_SCALE_BYTES = 4 / 128  # a float32 scale per 128 activations (block-quantised fp8 input)
-# All-to-all over NVLink (f.4): per-direction link bandwidth by calibration GPU, the share of it
-# DeepEP's intranode kernels reach, and the latency of one dispatch or combine.
-NVLINK_BYTES_S = {"a100": 300e9, "h100": 450e9}
+# All-to-all over the GPUs' links (f.4): the share of the EP group's per-direction link
+# bandwidth (`Gpu.group_link`) DeepEP's intranode kernels reach, and the latency of one
+# dispatch or combine.
 A2A_LINK_FRAC = 0.88
 A2A_LATENCY_S = 15e-6
 
@@ -149,12 +150,7 @@ def a2a_seconds(arch: Arch, par: Parallel, gpu: Gpu, tokens: np.ndarray) -> np.n
     n = np.asarray(tokens, np.float64)
     if par.ep == 1:
         return np.zeros_like(n)
-    try:
-        link = A2A_LINK_FRAC * NVLINK_BYTES_S[gpu.calibration]
-    except KeyError:
-        raise InputError(
-            None, None, f"no NVLink figure for expert parallelism on {gpu.calibration}"
-        ) from None
+    link = A2A_LINK_FRAC * gpu.group_link(par.ep)
     copies = n / par.ep * arch.top_k * (par.ep - 1) / par.ep * arch.hidden
     sent = copies * ((1 + FP8_SCALE_BYTES) if par.dtype == "fp8" else ACT_BYTES)
     return 2 * A2A_LATENCY_S + (sent + copies * ACT_BYTES) / link

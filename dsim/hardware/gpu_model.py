@@ -4,8 +4,9 @@ step-time model).
 Each linear operator costs `kernel + (t_c^p + t_m^p)^(1/p)`, a smooth knee between its compute
 time t_c = flops / (flop_frac * peak) and memory time t_m = bytes / (bw_frac * bandwidth);
 norms, rotary embedding, activation and residual adds cost `elem_kernel + bytes / (elem_bw_frac
-* bandwidth)`; attention is the same soft roofline over the KV bytes read and its flops
-(MODELLED: no measured GPU attention data is available here); tensor parallelism adds two
+* bandwidth)` per kernel, grouped into kernels as the engine fuses them (`fusion`); attention is
+the same soft roofline over the KV bytes read and its flops, decode at its kernel's published
+bandwidth efficiency (`attention`); tensor parallelism adds two
 measured all-reduces per layer; the LM head runs on the tokens that need logits; a per-step
 overhead (an engine preset's terms per step, layer, MoE layer, sequence and sampled token) covers
 the serving engine's own work.
@@ -14,7 +15,7 @@ the serving engine's own work.
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,10 +25,13 @@ from dsim.hardware.arch import (
     Arch,
     Parallel,
     expert_weights,
-    kv_bytes_per_token_layer,
     kv_heads_per_gpu,
     layer_linears,
 )
+from dsim.hardware.fusion import UNFUSED, Fusion
+
+if TYPE_CHECKING:
+    from dsim.hardware.attention import AttentionKernel
 
 
 @dataclass(frozen=True)
@@ -272,9 +276,6 @@ def elementwise_bytes(arch: Arch, par: Parallel, tokens: np.ndarray, dense_mlp: 
     }
 
 
-ELEMENTWISE_PER_LAYER = {"norm": 2, "rope": 1, "act": 1, "add": 2}
-
-
 def layer_time(
     arch: Arch,
     par: Parallel,
@@ -282,8 +283,10 @@ def layer_time(
     fit: KernelFit,
     tokens: np.ndarray,
     dense_mlp: bool,
+    fusion: Fusion = UNFUSED,
 ) -> dict[str, np.ndarray]:
-    """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce)."""
+    """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce);
+    the elementwise ones as `fusion` groups them into kernels."""
     n = np.asarray(tokens, np.float64)
     peak = gpu.flops_fp8 if par.dtype == "fp8" else gpu.flops
     wb = par.weight_bytes
@@ -298,30 +301,10 @@ def layer_time(
         act = n * arch.top_k * (arch.hidden + width) * ACT_BYTES * 2  # up and down activations
         linear = linear + linear_time(fit, gpu, flops, params * wb + act, peak)
     elem = sum(
-        count * elementwise_time(fit, gpu, elementwise_bytes(arch, par, n, dense_mlp)[name])
-        for name, count in ELEMENTWISE_PER_LAYER.items()
+        count * elementwise_time(fit, gpu, nbytes)
+        for count, nbytes in fusion.kernels(elementwise_bytes(arch, par, n, dense_mlp))
     )
     return {"linear": linear, "elementwise": elem}
-
-
-def attention_time(
-    arch: Arch,
-    par: Parallel,
-    gpu: Gpu,
-    fit: KernelFit,
-    kv_tokens: np.ndarray,
-    pairs: np.ndarray,
-) -> np.ndarray:
-    """MODELLED attention of one layer on one GPU: KV bytes read and score/value flops.
-
-    `kv_tokens` is the context tokens whose KV the step reads (summed over sequences), `pairs`
-    the (query, key) pairs it scores. Same efficiencies as the linear operators (an assumption:
-    no measured attention kernel times exist in the calibration data); bf16 math.
-    """
-    d_qk, d_v = arch.attn_dims()
-    flops = 2.0 * pairs * (arch.heads // par.tp) * (d_qk + d_v)
-    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
-    return linear_time(fit, gpu, flops, nbytes, gpu.flops)
 
 
 def step_parts(
@@ -334,8 +317,12 @@ def step_parts(
     seqs: np.ndarray,
     context: np.ndarray,
     prefill: np.ndarray,
+    fusion: Fusion = UNFUSED,
+    attention: AttentionKernel | None = None,
 ) -> dict[str, np.ndarray]:
-    """Seconds by component of one step on one GPU of the replica, without the step overhead.
+    """Seconds by component of one step on one GPU of the replica, without the step overhead:
+    elementwise kernels as `fusion` groups them, decode attention at `attention`'s bandwidth
+    (default: Vidur's eager kernels and the GEMM fit, the calibration's own pricing).
 
     Verify/decode rows: `tokens` B over `seqs` R, each reading `context` C of KV; every token
     needs logits. Prefill rows: `tokens` P over `seqs` prompts, chunks of n = P/R ending at
@@ -349,13 +336,17 @@ def step_parts(
     chunk = n / r
     pairs = np.where(pre, r * chunk * np.maximum(c - (chunk - 1) / 2, 1.0), n * c)
     logits = np.where(pre, r, n)
+    from dsim.hardware import attention as attn  # built on this module's roofline
+
+    kernel = attention or attn.GEMM_FIT
     parts = {"linear": 0.0, "elementwise": 0.0}
     dense_layers = arch.dense_layers if arch.moe else arch.layers
     for count, dense in ((dense_layers, True), (arch.moe_layers, False)):
         if count:
-            for key, value in layer_time(arch, par, gpu, fit, n, dense).items():
+            for key, value in layer_time(arch, par, gpu, fit, n, dense, fusion).items():
                 parts[key] = parts[key] + count * value
-    parts["attention"] = arch.layers * attention_time(arch, par, gpu, fit, r * c, pairs)
+    layer_attn = attn.attention_time(arch, par, gpu, fit, r * c, pairs, pre, kernel)
+    parts["attention"] = arch.layers * layer_attn
     parts["allreduce"] = 2 * arch.layers * allreduce.time(n * arch.hidden * ACT_BYTES, par.tp)
     head = arch.vocab // par.tp * arch.hidden
     head_bytes = head * ACT_BYTES + logits * (arch.hidden + arch.vocab / par.tp) * ACT_BYTES
@@ -381,17 +372,21 @@ def step_costs(
     context: np.ndarray,
     prefill: np.ndarray,
     graphs: Graphs | None = None,
+    fusion: Fusion = UNFUSED,
+    attention: AttentionKernel | None = None,
 ) -> dict[str, np.ndarray]:
     """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run, the MoE
     shortfall included) and its `padding` share; `host_overlapped` (the engine's overlapped
     host time plus the launches graphs do not cover) and `launches`; `host_serialised`."""
     n = np.asarray(tokens, np.float64)
     run = n if graphs is None else graphs.padded(n, seqs, prefill)
-    gpu_s = sum(step_parts(arch, par, gpu, fit, allreduce, run, seqs, context, prefill).values())
+    setup = (arch, par, gpu, fit, allreduce)
+    kernels = {"fusion": fusion, "attention": attention}
+    gpu_s = sum(step_parts(*setup, run, seqs, context, prefill, **kernels).values())
     gpu_s = gpu_s + overhead.moe_gpu(arch)
     padding = np.zeros_like(gpu_s)
     if graphs is not None:
-        bare = sum(step_parts(arch, par, gpu, fit, allreduce, n, seqs, context, prefill).values())
+        bare = sum(step_parts(*setup, n, seqs, context, prefill, **kernels).values())
         padding = gpu_s - bare - overhead.moe_gpu(arch)
     launches = (
         np.zeros_like(gpu_s) if graphs is None else graphs.launches(n, seqs, prefill, arch.layers)

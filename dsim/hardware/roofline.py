@@ -21,6 +21,7 @@ from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
+from dsim.hardware.attention import record as attention_record
 from dsim.hardware.engines import DEFAULT_ENGINE, Engine, get_engine, with_graphs
 from dsim.hardware.gpu_model import StepOverhead, get_gpu
 from dsim.hardware.latency import write_profile
@@ -241,7 +242,7 @@ def estimate_inputs(
         )
     check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
     _check_weights_fit(model, gpu, spec, weight_bytes_per_gpu(arch, par), preset, tp)
-    price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs)
+    price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs, preset.name)
     return preset, price
 
 
@@ -309,8 +310,12 @@ def roofline_profile(
             "context_len (P/num_seqs when fresh, or a longer context)",
             "contexts": list(contexts),
         },
-        "attention": "MODELLED: no measured GPU attention-kernel times are available; KV bytes "
-        "and score/value flops priced with the linear operators' fitted efficiencies",
+        "attention": {
+            "decode_kernel": attention_record(price.attention),
+            "prefill": "KV bytes and score/value flops at the linear operators' fitted "
+            "efficiencies (no published prefill-attention figure adopted)",
+        },
+        "fusion": price.fusion.record(),
         "points_over_memory": over,
         "note": "points whose KV (num_seqs x context_len tokens) exceeds the engine's KV cache "
         "(memory.kv_capacity_tokens) are kept (formula still defined: a run never reaches "

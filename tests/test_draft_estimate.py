@@ -78,7 +78,8 @@ def test_mtp_on_an_moe_target_is_one_moe_layer_and_pays_its_engine_term():
     assert terms.per_moe_layer_s == engine.terms.per_moe_layer_s > 0
     df, meta = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(2048,))
     row = df[(df["batch_tokens"] == 256) & (df["num_seqs"] == 256)].iloc[0]
-    parts = pass_parts(get_draft_model("mtp"), price(arch, Parallel()), 256.0, 256.0, 2048.0)
+    vllm = pricing(arch, "h200", Parallel(), False, None, "vllm")  # the profile's kernels
+    parts = pass_parts(get_draft_model("mtp"), vllm, 256.0, 256.0, 2048.0)
     work_ms = sum(float(v) for v in parts.values()) * 1e3 + terms.per_moe_layer_s * 1e3
     floor_ms = engine.spec_round.host_pass_s * 1e3  # the host time per proposer step
     assert row["latency_ms"] == pytest.approx(max(work_ms, floor_ms), rel=1e-5)

@@ -11,9 +11,10 @@ from rich.text import Text
 from dsim.hardware.latency import LatencyModel
 from dsim.report import figure
 
-OPERATORS = ("linear", "elementwise", "attention", "lm_head")
 STEP_COLUMNS = (
-    ("operators", OPERATORS),
+    ("linear", ("linear", "lm_head")),
+    ("elem", ("elementwise",)),
+    ("attn", ("attention",)),
     ("all-reduce", ("allreduce",)),
     ("padding", ("padding",)),
     ("MoE", ("moe_shortfall",)),
@@ -39,7 +40,9 @@ def step_parts(meta: dict) -> Group | None:
         return None
     shown, table = _table(
         "a step's parts (ms): step = max(GPU work, overlapped host) + serialised host; GPU "
-        "work = operators + all-reduce + padding + MoE (overlapped host includes launches)",
+        "work = linear (LM head included) + elem (norms, RoPE, activation, adds, as the engine "
+        "fuses them) + attn (attention) + all-reduce + padding + MoE (overlapped host includes "
+        "launches)",
         ["shape", *(name for name, _ in STEP_COLUMNS)],
     )
     for label, parts in points.items():
@@ -104,7 +107,37 @@ def priors(meta: dict) -> Group | None:
             )
         )
     lines.append(Text(f"- round terms: {engine.get('spec_round', {}).get('source', '?')}"))
+    lines += kernel_priors(meta)
     return Group(*lines)
+
+
+def kernel_priors(meta: dict) -> list[Text]:
+    """The elementwise fusion and the decode attention kernel the estimate priced, with their
+    sources (sidecars before these priors show none)."""
+    lines = []
+    fused = meta.get("fusion")
+    if isinstance(fused, dict):
+        kernels = ", ".join(f"{k} x{v}" for k, v in fused["kernels_per_layer"].items())
+        inside = fused.get("in_attention") or []
+        where = f"; {', '.join(inside)} inside attention" if inside else ""
+        lines.append(
+            Text(
+                f"- elementwise kernels per layer: {kernels}{where} "
+                f"({fused['name']}): {fused['source']}"
+            )
+        )
+    attn = meta.get("attention")
+    kernel = attn.get("decode_kernel") if isinstance(attn, dict) else None
+    if isinstance(kernel, dict):
+        frac = kernel["bw_frac"]
+        value = (
+            "the GEMMs' fitted bandwidth"
+            if frac is None
+            else f"{frac:g} of HBM bandwidth (range {kernel['low']:g}-{kernel['high']:g}, "
+            f"measured on {kernel['measured_on']})"
+        )
+        lines.append(Text(f"- decode attention: {kernel['name']}, {value}: {kernel['source']}"))
+    return lines
 
 
 def engine_parts(meta: dict, model: LatencyModel) -> list[Group]:

@@ -6,10 +6,9 @@ time t_c = flops / (flop_frac * peak) and memory time t_m = bytes / (bw_frac * b
 norms, rotary embedding, activation and residual adds cost `elem_kernel + bytes / (elem_bw_frac
 * bandwidth)` per kernel, grouped into kernels as the engine fuses them (`fusion`); attention is
 the same soft roofline over the KV bytes read and its flops, decode at its kernel's published
-bandwidth efficiency (`attention`); tensor parallelism adds two
-measured all-reduces per layer; the LM head runs on the tokens that need logits; a per-step
-overhead (an engine preset's terms per step, layer, MoE layer, sequence and sampled token) covers
-the serving engine's own work.
+bandwidth efficiency (`attention`); tensor parallelism adds two measured all-reduces per layer;
+the LM head runs on the tokens that need logits; a per-step overhead (an engine preset's terms
+per step, layer, MoE layer, sequence and sampled token) covers the serving engine's own work.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dsim.hardware import attention
 from dsim.hardware.arch import Parallel, kv_bytes_per_token_layer
 from dsim.hardware.engines import ENGINES
-from dsim.hardware.gpu_model import GPUS, KernelFit, linear_time
+from dsim.hardware.gpu_model import GPUS, KernelFit, attention_time, linear_time
 from dsim.hardware.zoo import load_arch
 
 FIT = KernelFit(0.7, 0.95, 2.0, 5e-6, 2e-6, 0.8)
@@ -22,7 +22,7 @@ PAR = Parallel()
 
 def _decode(kernel, seqs, context):
     r, c = np.asarray(seqs, np.float64), np.asarray(context, np.float64)
-    return attention.attention_time(ARCH, PAR, GPU, FIT, r * c, r * c, False, kernel)
+    return attention_time(ARCH, PAR, GPU, FIT, r * c, r * c, False, kernel)
 
 
 def test_every_engine_version_names_its_kernels_with_a_source():
@@ -36,9 +36,9 @@ def test_every_engine_version_names_its_kernels_with_a_source():
 def test_mla_models_take_the_mla_kernel_on_hopper():
     dsv3 = load_arch("deepseek-v3")
     vllm = attention.backend("vllm")
-    assert vllm.kernel(dsv3, GPUS["h200"]) is attention.FLASHMLA
-    assert vllm.kernel(dsv3, GPUS["a100"]) is attention.TRITON
-    assert vllm.kernel(ARCH, GPUS["h200"]) is attention.FLASH_ATTN
+    assert vllm.kernel(dsv3, GPUS["h200"].calibration) is attention.FLASHMLA
+    assert vllm.kernel(dsv3, GPUS["a100"].calibration) is attention.TRITON
+    assert vllm.kernel(ARCH, GPUS["h200"].calibration) is attention.FLASH_ATTN
 
 
 def test_flashmla_prior_is_its_readme_figure():
@@ -67,8 +67,8 @@ def test_decode_is_the_soft_roofline_at_the_kernels_fraction():
 def test_prefill_keeps_the_linear_fit_and_the_2023_preset_keeps_it_for_decode():
     r, c = np.array([4.0]), np.array([2048.0])
     kv, pairs = r * c, r * c
-    fitted = attention.attention_time(ARCH, PAR, GPU, FIT, kv, pairs, True, attention.FLASHMLA)
-    legacy = attention.attention_time(ARCH, PAR, GPU, FIT, kv, pairs, False, attention.GEMM_FIT)
+    fitted = attention_time(ARCH, PAR, GPU, FIT, kv, pairs, True, attention.FLASHMLA)
+    legacy = attention_time(ARCH, PAR, GPU, FIT, kv, pairs, False, attention.GEMM_FIT)
     np.testing.assert_allclose(fitted, legacy, rtol=1e-12)
 
 

@@ -1,22 +1,21 @@
-"""Attention of one layer on one GPU, and which kernel each engine version runs it with
+"""What attention reads and computes, and which kernel each engine version runs it with
 (docs/engine-priors.md, g; priors, not fitted: docs/engine-v2-rules.md, addendum 3).
 
-A decode or verify row reads every context token's KV once: its time is the kernel's latency
-plus the soft roofline of its score/value flops and its KV bytes at the decode kernel's own
-bandwidth efficiency, a published figure per kernel (`AttentionKernel`), not the GEMMs' fitted
-one. A prefill row keeps the linear operators' fitted efficiencies (no published prefill figure
-is adopted). The 2023 preset keeps the GEMM fit for decode too, the pricing its overhead was
-fitted with.
+A decode or verify row reads every context token's KV once: `gpu_model.attention_time` prices
+its score/value flops and KV bytes (`work`) on the soft roofline, the bytes at the decode
+kernel's own bandwidth efficiency, a published figure per kernel (`AttentionKernel`), not the
+GEMMs' fitted one. A prefill row keeps the linear operators' fitted efficiencies (no published
+prefill figure is adopted). The 2023 preset keeps the GEMM fit for decode too, the pricing its
+overhead was fitted with.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from dsim.hardware.arch import Arch, Parallel, kv_bytes_per_token_layer
-from dsim.hardware.gpu_model import Gpu, KernelFit, linear_time
 
 
 @dataclass(frozen=True)
@@ -123,11 +122,11 @@ class Backend:
     mla_ampere: AttentionKernel
     source: str
 
-    def kernel(self, arch: Arch, gpu: Gpu) -> AttentionKernel:
-        """The kernel a model with `arch` decodes with on `gpu`."""
+    def kernel(self, arch: Arch, calibration: str) -> AttentionKernel:
+        """The kernel a model with `arch` decodes with on a GPU of `calibration`'s family."""
         if not arch.mla:
             return self.gqa
-        return self.mla_ampere if gpu.calibration == "a100" else self.mla
+        return self.mla_ampere if calibration == "a100" else self.mla
 
 
 BACKENDS: dict[str, Backend] = {
@@ -150,27 +149,14 @@ def record(kernel: AttentionKernel) -> dict:
     return asdict(kernel)
 
 
-def attention_time(
-    arch: Arch,
-    par: Parallel,
-    gpu: Gpu,
-    fit: KernelFit,
-    kv_tokens: np.ndarray,
-    pairs: np.ndarray,
-    prefill: np.ndarray | bool = True,
-    kernel: AttentionKernel = GEMM_FIT,
-) -> np.ndarray:
-    """Attention of one layer on one GPU: KV bytes read and score/value flops (bf16 math).
+def work(
+    arch: Arch, par: Parallel, kv_tokens: np.ndarray, pairs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score/value flops (bf16 math) and KV bytes of one layer's attention on one GPU.
 
     `kv_tokens` is the context tokens whose KV the step reads (summed over sequences), `pairs`
-    the (query, key) pairs it scores. Prefill rows: the linear operators' fitted efficiencies.
-    Decode rows: the KV bytes at `kernel`'s bandwidth fraction.
+    the (query, key) pairs it scores.
     """
     d_qk, d_v = arch.attn_dims()
     flops = 2.0 * pairs * (arch.heads // par.tp) * (d_qk + d_v)
-    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
-    fitted = linear_time(fit, gpu, flops, nbytes, gpu.flops)
-    if kernel.bw_frac is None:
-        return fitted
-    decode = linear_time(replace(fit, bw_frac=kernel.bw_frac), gpu, flops, nbytes, gpu.flops)
-    return np.where(prefill, fitted, decode)
+    return flops, kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)

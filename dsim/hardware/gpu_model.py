@@ -14,7 +14,7 @@ per step, layer, MoE layer, sequence and sampled token) covers the serving engin
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +27,8 @@ from dsim.hardware.arch import (
     kv_heads_per_gpu,
     layer_linears,
 )
+from dsim.hardware.attention import GEMM_FIT, AttentionKernel, work
 from dsim.hardware.fusion import UNFUSED, Fusion
-
-if TYPE_CHECKING:
-    from dsim.hardware.attention import AttentionKernel
 
 
 @dataclass(frozen=True)
@@ -306,6 +304,27 @@ def layer_time(
     return {"linear": linear, "elementwise": elem}
 
 
+def attention_time(
+    arch: Arch,
+    par: Parallel,
+    gpu: Gpu,
+    fit: KernelFit,
+    kv_tokens: np.ndarray,
+    pairs: np.ndarray,
+    prefill: np.ndarray | bool = True,
+    kernel: AttentionKernel = GEMM_FIT,
+) -> np.ndarray:
+    """Attention of one layer on one GPU (`attention.work`: flops and KV bytes) on the linear
+    operators' soft roofline; decode rows read KV at `kernel`'s bandwidth fraction, prefill rows
+    at the fitted one."""
+    flops, nbytes = work(arch, par, kv_tokens, pairs)
+    fitted = linear_time(fit, gpu, flops, nbytes, gpu.flops)
+    if kernel.bw_frac is None:
+        return fitted
+    decode = linear_time(replace(fit, bw_frac=kernel.bw_frac), gpu, flops, nbytes, gpu.flops)
+    return np.where(prefill, fitted, decode)
+
+
 def step_parts(
     arch: Arch,
     par: Parallel,
@@ -335,17 +354,16 @@ def step_parts(
     chunk = n / r
     pairs = np.where(pre, r * chunk * np.maximum(c - (chunk - 1) / 2, 1.0), n * c)
     logits = np.where(pre, r, n)
-    from dsim.hardware import attention as attn  # built on this module's roofline
-
-    kernel = attention or attn.GEMM_FIT
+    kernel = attention or GEMM_FIT
     parts = {"linear": 0.0, "elementwise": 0.0}
     dense_layers = arch.dense_layers if arch.moe else arch.layers
     for count, dense in ((dense_layers, True), (arch.moe_layers, False)):
         if count:
             for key, value in layer_time(arch, par, gpu, fit, n, dense, fusion).items():
                 parts[key] = parts[key] + count * value
-    layer_attn = attn.attention_time(arch, par, gpu, fit, r * c, pairs, pre, kernel)
-    parts["attention"] = arch.layers * layer_attn
+    parts["attention"] = arch.layers * attention_time(
+        arch, par, gpu, fit, r * c, pairs, pre, kernel
+    )
     parts["allreduce"] = 2 * arch.layers * allreduce.time(n * arch.hidden * ACT_BYTES, par.tp)
     head = arch.vocab // par.tp * arch.hidden
     head_bytes = head * ACT_BYTES + logits * (arch.hidden + arch.vocab / par.tp) * ACT_BYTES

@@ -42,7 +42,9 @@ class Pricing:
     @property
     def attention(self) -> AttentionKernel:
         """The decode attention kernel this body runs with (MLA or not) on this GPU."""
-        return GEMM_FIT if self.backend is None else self.backend.kernel(self.arch, self.gpu)
+        if self.backend is None:
+            return GEMM_FIT
+        return self.backend.kernel(self.arch, self.gpu.calibration)
 
     def parts(self, tokens, seqs, context, prefill) -> dict[str, np.ndarray]:
         """GPU seconds by operator (`gpu_model.step_parts`), at the tokens given."""

@@ -15,11 +15,11 @@ STEP_COLUMNS = (
     ("linear", ("linear", "lm_head")),
     ("elem", ("elementwise",)),
     ("attn", ("attention",)),
-    ("all-reduce", ("allreduce",)),
-    ("padding", ("padding",)),
+    ("AR", ("allreduce",)),
+    ("pad", ("padding",)),
     ("MoE", ("moe_shortfall",)),
-    ("host overlapped", ("host_overlapped",)),
-    ("host serialised", ("host_serialised",)),
+    ("host ovl", ("host_overlapped",)),
+    ("host ser", ("host_serialised",)),
     ("step", ("step",)),
 )
 ROUND_SHAPES = ((1, 3), (32, 3), (128, 3))  # (R, K) at context 2048
@@ -39,10 +39,10 @@ def step_parts(meta: dict) -> Group | None:
     if not isinstance(points, dict) or not all("step" in p for p in points.values()):
         return None
     shown, table = _table(
-        "a step's parts (ms): step = max(GPU work, overlapped host) + serialised host; GPU "
-        "work = linear (LM head included) + elem (norms, RoPE, activation, adds, as the engine "
-        "fuses them) + attn (attention) + all-reduce + padding + MoE (overlapped host includes "
-        "launches)",
+        "a step's parts (ms): step = max(GPU work, host ovl) + host ser (the host time "
+        "overlapped, launches included, and serialised); GPU work = linear (LM head included) "
+        "+ elem (norms, RoPE, activation, adds, as the engine fuses them) + attn (attention) + "
+        "AR (all-reduce) + pad (graph padding) + MoE",
         ["shape", *(name for name, _ in STEP_COLUMNS)],
     )
     for label, parts in points.items():

@@ -80,7 +80,8 @@ def test_mtp_on_an_moe_target_is_one_moe_layer_and_pays_its_engine_term():
     assert terms.moe_gemm_scale == engine.terms.moe_gemm_scale < 1  # the engine's GEMMs
     df, meta = drafter_profile("h200", "qwen3-30b-a3b", "mtp", contexts=(2048,), engine="vllm-0.8")
     row = df[(df["batch_tokens"] == 256) & (df["num_seqs"] == 256)].iloc[0]
-    at = (get_draft_model("mtp"), price(arch, Parallel()), 256.0, 256.0, 2048.0)
+    kernels = pricing(arch, "h200", Parallel(), False, None, "vllm-0.8")  # the profile's
+    at = (get_draft_model("mtp"), kernels, 256.0, 256.0, 2048.0)
     parts = pass_parts(*at, terms.moe_gemm_scale)
     assert parts["moe_gemm"] > pass_parts(*at)["moe_gemm"]  # slower than the prior's kernels
     work_ms = sum(float(v) for v in parts.values()) * 1e3 + terms.per_layer_s * 1e3

@@ -311,7 +311,13 @@ def test_profile_show_prints_the_engines_step_and_round_parts_and_priors(
     assert code == 0
     assert "a step's parts (ms)" in stdout and "a round's engine parts (ms)" in stdout
     assert "priors (value, range, source)" in stdout and "(20-150)" in stdout
-    assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in stdout
+    # the elementwise and attention parts have columns, their priors and the MoE's a line each
+    header = next(line for line in stdout.splitlines() if line.startswith("shape"))
+    assert header.split()[:4] == ["shape", "linear", "elem", "attn"]
+    text = " ".join(stdout.split())  # the console wraps long lines
+    assert "elementwise kernels per layer: act x1, add+norm x2, rope x1" in text
+    assert "decode attention: FlashAttention" in text and "(range 0.45-0.83" in text
+    assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in text
     meta = json.loads(out.with_suffix(".json").read_text())
     for parts in meta["breakdown_ms"].values():
         gpu = sum(parts[k] for k in ("linear", "elementwise", "attention", "lm_head", "allreduce",

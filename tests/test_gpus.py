@@ -213,7 +213,7 @@ def test_sliding_window_attention_at_long_context_closed_form():
     assert parts["attention"] < 0.6 * 36 * full  # about half of pricing every layer in full
     _, meta = roofline_profile("b200", "gpt-oss-120b", contexts=[1024], dtype="fp4")
     assert meta["kv_bytes_per_token_per_gpu"] == 18 * kv_bytes_per_token_layer(arch, 1, 2)
-    assert "128-token sliding window" in meta["attention"]
+    assert "128-token sliding window" in meta["attention"]["windows"]
 
 
 def test_help_lists_every_gpu(monkeypatch, capsys):

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.hardware import engine_fit, gpu_fit
+from dsim.hardware.attention import record as attention_record
 from dsim.hardware.draft_pass import (
     draft_arch,
     drafter_terms,
@@ -133,7 +134,13 @@ def drafter_profile(
         "calibration": gpu_fit.record(),
         "engine_fit": engine_fit.record(),
         "grid": {"verify": "num_seqs R in 1..512 x 1..8 tokens each", "contexts": list(contexts)},
-        "attention": "MODELLED as the target's: each drafter layer reads its own KV over C",
+        "attention": {
+            "decode_kernel": attention_record(
+                price.with_arch(draft_arch(draft, price.arch)).attention
+            ),
+            "drafter": "each drafter layer reads its own KV over C, as the target's layers do",
+        },
+        "fusion": price.fusion.record(),
     }
     if draft.head_rank:
         meta["sequential_head_check"] = _head_share(*checks)

@@ -171,9 +171,11 @@ def _e_row(i: int) -> dict:
 
 
 def setup_pricing(setup: str, version: str) -> Pricing:
-    """A row setup's pricing under an engine version's graphs and custom all-reduce."""
+    """A row setup's pricing under an engine version's graphs, custom all-reduce, fusion and
+    decode attention kernel."""
     model, gpu, tp, dtype = SETUPS[setup]
-    return pricing(model, gpu, Parallel(tp=tp, dtype=dtype), True, graphs(version, gpu))
+    par = Parallel(tp=tp, dtype=dtype)
+    return pricing(model, gpu, par, True, graphs(version, gpu), version)
 
 
 def gpu_costs(setup: str, version: str, tokens, seqs, context, prefill) -> dict:

@@ -20,7 +20,7 @@ def gpu_only_ms(points: pd.DataFrame, model: str = "qwen3-8b", gpu: str = "h200"
     """The gpu-only estimate (ms) at each verify point (batch_tokens, num_seqs, context_len)."""
     b, r, c = (points[k].to_numpy(np.float64) for k in ("batch_tokens", "num_seqs", "context_len"))
     preset = get_engine("gpu-only")
-    price = pricing(model, gpu, Parallel(), preset.custom_allreduce, preset.graphs)
+    price = pricing(model, gpu, Parallel(), preset.custom_allreduce, preset.graphs, preset.name)
     return price.step(preset.terms, b, r, c, np.zeros(len(b), bool)) * 1e3
 
 

@@ -4,11 +4,12 @@ step-time model).
 Each linear operator costs `kernel + (t_c^p + t_m^p)^(1/p)`, a smooth knee between its compute
 time t_c = flops / (flop_frac * peak) and memory time t_m = bytes / (bw_frac * bandwidth);
 norms, rotary embedding, activation and residual adds cost `elem_kernel + bytes / (elem_bw_frac
-* bandwidth)`; attention is the same soft roofline over the KV bytes read and its flops
-(MODELLED: no measured GPU attention data is available here); tensor parallelism adds two
-measured all-reduces per layer; an MoE layer's experts are priced by their parts (`moe`); the LM
-head runs on the tokens that need logits; a per-step overhead (an engine preset's terms per
-step, layer, sequence and sampled token) covers the serving engine's own work.
+* bandwidth)` per kernel, grouped into kernels as the engine fuses them (`fusion`); attention is
+the same soft roofline over the KV bytes read and its flops, decode at its kernel's published
+bandwidth efficiency (`attention`); tensor parallelism adds two measured all-reduces per layer;
+an MoE layer's experts are priced by their parts (`moe`); the LM head runs on the tokens that
+need logits; a per-step overhead (an engine preset's terms per step, layer, sequence and
+sampled token) covers the serving engine's own work.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from dsim.hardware.arch import (
     ACT_BYTES,
     Arch,
     Parallel,
-    kv_bytes_per_token_layer,
     kv_heads_per_gpu,
     layer_linears,
 )
+from dsim.hardware.attention import GEMM_FIT, AttentionKernel, work
+from dsim.hardware.fusion import UNFUSED, Fusion
 
 # The relative range stated on the GPU work of a GPU fitted on its own operator data (the
 # operator fit's median error, tests/test_gpu_estimate.py; held-out end-to-end median 5.7%):
@@ -441,9 +443,6 @@ def elementwise_bytes(arch: Arch, par: Parallel, tokens: np.ndarray, dense_mlp: 
     }
 
 
-ELEMENTWISE_PER_LAYER = {"norm": 2, "rope": 1, "act": 1, "add": 2}
-
-
 def layer_time(
     arch: Arch,
     par: Parallel,
@@ -451,9 +450,10 @@ def layer_time(
     fit: KernelFit,
     tokens: np.ndarray,
     dense_mlp: bool,
+    fusion: Fusion = UNFUSED,
 ) -> dict[str, np.ndarray]:
     """Seconds of one layer's linear and elementwise operators (no attention, no all-reduce,
-    no routed experts: `moe`)."""
+    no routed experts: `moe`); the elementwise ones as `fusion` groups them into kernels."""
     n = np.asarray(tokens, np.float64)
     peak = gpu.peak(par.dtype)
     wb = par.weight_bytes
@@ -462,8 +462,8 @@ def layer_time(
         nbytes = params * wb + n * (d_in + d_out) * ACT_BYTES
         linear = linear + linear_time(fit, gpu, 2.0 * n * params, nbytes, peak)
     elem = sum(
-        count * elementwise_time(fit, gpu, elementwise_bytes(arch, par, n, dense_mlp)[name])
-        for name, count in ELEMENTWISE_PER_LAYER.items()
+        count * elementwise_time(fit, gpu, nbytes)
+        for count, nbytes in fusion.kernels(elementwise_bytes(arch, par, n, dense_mlp))
     )
     return {"linear": linear, "elementwise": elem}
 
@@ -475,17 +475,18 @@ def attention_time(
     fit: KernelFit,
     kv_tokens: np.ndarray,
     pairs: np.ndarray,
+    prefill: np.ndarray | bool = True,
+    kernel: AttentionKernel = GEMM_FIT,
 ) -> np.ndarray:
-    """MODELLED attention of one layer on one GPU: KV bytes read and score/value flops.
-
-    `kv_tokens` is the context tokens whose KV the step reads (summed over sequences), `pairs`
-    the (query, key) pairs it scores. Same efficiencies as the linear operators (an assumption:
-    no measured attention kernel times exist in the calibration data); bf16 math.
-    """
-    d_qk, d_v = arch.attn_dims()
-    flops = 2.0 * pairs * (arch.heads // par.tp) * (d_qk + d_v)
-    nbytes = kv_tokens * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
-    return linear_time(fit, gpu, flops, nbytes, gpu.flops)
+    """Attention of one layer on one GPU (`attention.work`: flops and KV bytes) on the linear
+    operators' soft roofline; decode rows read KV at `kernel`'s bandwidth fraction, prefill rows
+    at the fitted one."""
+    flops, nbytes = work(arch, par, kv_tokens, pairs)
+    fitted = linear_time(fit, gpu, flops, nbytes, gpu.flops)
+    if kernel.bw_frac is None:
+        return fitted
+    decode = linear_time(replace(fit, bw_frac=kernel.bw_frac), gpu, flops, nbytes, gpu.flops)
+    return np.where(prefill, fitted, decode)
 
 
 def attention_groups(
@@ -523,9 +524,13 @@ def step_parts(
     context: np.ndarray,
     prefill: np.ndarray,
     moe_scale: float = 1.0,
+    fusion: Fusion = UNFUSED,
+    attention: AttentionKernel | None = None,
 ) -> dict[str, np.ndarray]:
-    """Seconds by component of one step on one GPU of the replica, without the step overhead
-    (an MoE layer's parts at the engine's grouped-GEMM scale `moe_scale`).
+    """Seconds by component of one step on one GPU of the replica, without the step overhead:
+    an MoE layer's parts at the engine's grouped-GEMM scale `moe_scale`, elementwise kernels as
+    `fusion` groups them, decode attention at `attention`'s bandwidth (default: Vidur's eager
+    kernels and the GEMM fit, the calibration's own pricing).
 
     Verify/decode rows: `tokens` B over `seqs` R, each reading `context` C of KV; every token
     needs logits. Prefill rows: `tokens` P over `seqs` prompts, chunks of n = P/R ending at
@@ -539,17 +544,18 @@ def step_parts(
     chunk = n / r
     pairs = np.where(pre, r * chunk * np.maximum(c - (chunk - 1) / 2, 1.0), n * c)
     logits = np.where(pre, r, n)
+    kernel = attention or GEMM_FIT
     parts = {"linear": 0.0, "elementwise": 0.0}
     dense_layers = arch.dense_layers if arch.moe else arch.layers
     for count, dense in ((dense_layers, True), (arch.moe_layers, False)):
         if count:
-            for key, value in layer_time(arch, par, gpu, fit, n, dense).items():
+            for key, value in layer_time(arch, par, gpu, fit, n, dense, fusion).items():
                 parts[key] = parts[key] + count * value
     price = partial(elementwise_time, fit, gpu)
     for key, value in moe.layer_parts(arch, par, gpu, fit, n, moe_scale, price).items():
         parts[key] = arch.moe_layers * value
     parts["attention"] = sum(
-        layers * attention_time(arch, par, gpu, fit, kv, p)
+        layers * attention_time(arch, par, gpu, fit, kv, p, pre, kernel)
         for layers, kv, p in attention_groups(arch, pairs, r, chunk, c, pre)
     )
     reduces = 2 * arch.layers - (arch.moe_layers if par.ep > 1 else 0)  # EP: dispatch/combine
@@ -578,18 +584,20 @@ def step_costs(
     context: np.ndarray,
     prefill: np.ndarray,
     graphs: Graphs | None = None,
+    fusion: Fusion = UNFUSED,
+    attention: AttentionKernel | None = None,
 ) -> dict[str, np.ndarray]:
     """A step's costs in seconds: `gpu` (the GPU work at the tokens the graphs run) and its
     `padding` share; `host_overlapped` (the engine's overlapped host time plus the launches
     graphs do not cover) and `launches`; `host_serialised`."""
     n = np.asarray(tokens, np.float64)
     run = n if graphs is None else graphs.padded(n, seqs, prefill)
-    shape = (arch, par, gpu, fit, allreduce)
-    scale = overhead.moe_gemm_scale
-    gpu_s = sum(step_parts(*shape, run, seqs, context, prefill, scale).values())
+    setup = (arch, par, gpu, fit, allreduce)
+    kernels = {"moe_scale": overhead.moe_gemm_scale, "fusion": fusion, "attention": attention}
+    gpu_s = sum(step_parts(*setup, run, seqs, context, prefill, **kernels).values())
     padding = np.zeros_like(gpu_s)
     if graphs is not None:
-        padding = gpu_s - sum(step_parts(*shape, n, seqs, context, prefill, scale).values())
+        padding = gpu_s - sum(step_parts(*setup, n, seqs, context, prefill, **kernels).values())
     launches = (
         np.zeros_like(gpu_s) if graphs is None else graphs.launches(n, seqs, prefill, arch.layers)
     )

@@ -1,6 +1,7 @@
 """One setup's step pricing: the GPU, the model and its parallelism, the calibration, and the
-collectives and CUDA graphs its engine uses, bundled so that a target's step, a drafter's pass
-and the fits price them one way (docs/design.md, The step-time model)."""
+collectives, CUDA graphs, elementwise fusion and decode attention kernel its engine uses,
+bundled so that a target's step, a drafter's pass and the fits price them one way
+(docs/design.md, The step-time model)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import numpy as np
 
 from dsim.hardware import collectives, gpu_fit, zoo
 from dsim.hardware.arch import Arch, Parallel
+from dsim.hardware.attention import GEMM_FIT, AttentionKernel, Backend, backend
+from dsim.hardware.fusion import UNFUSED, Fusion
+from dsim.hardware.fusion import fusion as engine_fusion
 from dsim.hardware.gpu_model import (
     GPUS,
     AllReduce,
@@ -32,6 +36,15 @@ class Pricing:
     cal: gpu_fit.Calibration
     reduce: AllReduce
     graphs: Graphs | None
+    fusion: Fusion = UNFUSED
+    backend: Backend | None = None  # None: the GEMM fit for decode attention too
+
+    @property
+    def attention(self) -> AttentionKernel:
+        """The decode attention kernel this body runs with (MLA or not) on this GPU."""
+        if self.backend is None:
+            return GEMM_FIT
+        return self.backend.kernel(self.arch, self.gpu.calibration)
 
     def parts(self, tokens, seqs, context, prefill, moe_scale=1.0) -> dict[str, np.ndarray]:
         """GPU seconds by operator (`gpu_model.step_parts`), at the tokens given and the
@@ -47,6 +60,8 @@ class Pricing:
             context,
             prefill,
             moe_scale,
+            self.fusion,
+            self.attention,
         )
 
     def costs(self, terms: StepOverhead, tokens, seqs, context, prefill) -> dict[str, np.ndarray]:
@@ -63,6 +78,8 @@ class Pricing:
             context,
             prefill,
             self.graphs,
+            self.fusion,
+            self.attention,
         )
 
     def step(self, terms: StepOverhead, tokens, seqs, context, prefill) -> np.ndarray:
@@ -75,11 +92,20 @@ class Pricing:
 
 
 def pricing(
-    model: str | Arch, gpu: str, par: Parallel, custom_allreduce: bool, graphs: Graphs | None
+    model: str | Arch,
+    gpu: str,
+    par: Parallel,
+    custom_allreduce: bool,
+    graphs: Graphs | None,
+    version: str | None = None,
 ) -> Pricing:
-    """The pricing of `model` on `gpu` with `par` and an engine's collectives and graphs."""
+    """The pricing of `model` on `gpu` with `par` and an engine's collectives and graphs; with
+    an engine `version`, its elementwise fusion and decode attention kernel (priors), else the
+    calibration's own (Vidur's eager kernels, the GEMM fit)."""
     spec = GPUS[gpu]
     cal = gpu_fit.calibration(spec)
     arch = zoo.load_arch(model) if isinstance(model, str) else model
     reduce = collectives.for_engine(cal.allreduce, custom_allreduce)
-    return Pricing(spec, arch, par, cal, reduce, graphs)
+    if version is None:
+        return Pricing(spec, arch, par, cal, reduce, graphs)
+    return Pricing(spec, arch, par, cal, reduce, graphs, engine_fusion(version), backend(version))

@@ -21,6 +21,7 @@ from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
+from dsim.hardware.attention import record as attention_record
 from dsim.hardware.engines import DEFAULT_ENGINE, Engine, check_runs_on, get_engine, with_graphs
 from dsim.hardware.gpu_model import (
     BRACKET_MEASURED,
@@ -264,7 +265,7 @@ def estimate_inputs(
         )
     check_number(overhead_scale, "--overhead-scale", ge=0, le=MAX_OVERHEAD_SCALE)
     _check_weights_fit(model, gpu, spec, weight_bytes_per_gpu(arch, par), preset, tp)
-    price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs)
+    price = pricing(arch, gpu.lower(), par, preset.custom_allreduce, preset.graphs, preset.name)
     return preset, price
 
 
@@ -332,9 +333,13 @@ def roofline_profile(
             "context_len (P/num_seqs when fresh, or a longer context)",
             "contexts": list(contexts),
         },
-        "attention": "MODELLED: no measured GPU attention-kernel times are available; KV bytes "
-        "and score/value flops priced with the linear operators' fitted efficiencies"
-        + _window_note(arch),
+        "attention": {
+            "decode_kernel": attention_record(price.attention),
+            "prefill": "KV bytes and score/value flops at the linear operators' fitted "
+            "efficiencies (no published prefill-attention figure adopted)",
+            **({"windows": _window_note(arch)} if arch.window_layers else {}),
+        },
+        "fusion": price.fusion.record(),
         **({"weights_fp4": FP4_NOTE} if par.dtype == "fp4" else {}),
         "points_over_memory": over,
         "note": "points whose KV (num_seqs x context_len tokens) exceeds the engine's KV cache "
@@ -354,11 +359,9 @@ FP4_NOTE = (
 
 
 def _window_note(arch: Arch) -> str:
-    """What the sidecar says of sliding-window layers ('' for a model without them)."""
-    if not arch.window_layers:
-        return ""
+    """What the sidecar says of a model's sliding-window layers."""
     return (
-        f"; {arch.window_layers} of {arch.layers} layers attend within a {arch.window}-token "
+        f"{arch.window_layers} of {arch.layers} layers attend within a {arch.window}-token "
         "sliding window: a query at position p scores min(p, window) keys, and such a layer "
         "reads and caches at most window tokens a sequence (vLLM's hybrid KV-cache manager, "
         "SGLang's SWA pool and TensorRT-LLM's per-layer attention window free what slides "

@@ -12,14 +12,15 @@ from dsim.hardware.latency import LatencyModel
 from dsim.hardware.moe import PARTS as MOE_PARTS
 from dsim.report import figure
 
-OPERATORS = ("linear", "elementwise", "attention", "lm_head")
 STEP_COLUMNS = (
-    ("operators", OPERATORS),
-    ("all-reduce", ("allreduce",)),
-    ("padding", ("padding",)),
+    ("linear", ("linear", "lm_head")),
+    ("elem", ("elementwise",)),
+    ("attn", ("attention",)),
+    ("AR", ("allreduce",)),
+    ("pad", ("padding",)),
     ("MoE", MOE_PARTS),
-    ("host overlapped", ("host_overlapped",)),
-    ("host serialised", ("host_serialised",)),
+    ("host ovl", ("host_overlapped",)),
+    ("host ser", ("host_serialised",)),
     ("step", ("step",)),
 )
 ROUND_SHAPES = ((1, 3), (32, 3), (128, 3))  # (R, K) at context 2048
@@ -39,8 +40,10 @@ def step_parts(meta: dict) -> Group | None:
     if not isinstance(points, dict) or not all("step" in p for p in points.values()):
         return None
     shown, table = _table(
-        "a step's parts (ms): step = max(GPU work, overlapped host) + serialised host; GPU "
-        "work = operators + all-reduce + padding + MoE (overlapped host includes launches)",
+        "a step's parts (ms): step = max(GPU work, host ovl) + host ser (the host time "
+        "overlapped, launches included, and serialised); GPU work = linear (LM head included) "
+        "+ elem (norms, RoPE, activation, adds, as the engine fuses them) + attn (attention) + "
+        "AR (all-reduce) + pad (graph padding) + MoE",
         ["shape", *(name for name, _ in STEP_COLUMNS)],
     )
     for label, parts in points.items():
@@ -115,11 +118,41 @@ def priors(meta: dict) -> Group | None:
                 f"engine's scale {engine['terms_s'].get('moe_gemm_scale', 1.0):.3g} (range "
                 f"{low:.3g}-{high:.3g}); alignment {figure(prior['align_s'] * 1e6)} us, "
                 f"{figure(prior['gemm_latency_s'] * 1e6)} us per grouped GEMM; with EP, "
-                f"dispatch and combine at {prior['a2a_link_frac']:g} of NVLink + "
+                f"dispatch and combine at {prior['a2a_link_frac']:g} of the links + "
                 f"{figure(prior['a2a_latency_s'] * 1e6)} us each: {prior['source']}"
             )
         )
+    lines += kernel_priors(meta)
     return Group(*lines)
+
+
+def kernel_priors(meta: dict) -> list[Text]:
+    """The elementwise fusion and the decode attention kernel the estimate priced, with their
+    sources (sidecars before these priors show none)."""
+    lines = []
+    fused = meta.get("fusion")
+    if isinstance(fused, dict):
+        kernels = ", ".join(f"{k} x{v}" for k, v in fused["kernels_per_layer"].items())
+        inside = fused.get("in_attention") or []
+        where = f"; {', '.join(inside)} inside attention" if inside else ""
+        lines.append(
+            Text(
+                f"- elementwise kernels per layer: {kernels}{where} "
+                f"({fused['name']}): {fused['source']}"
+            )
+        )
+    attn = meta.get("attention")
+    kernel = attn.get("decode_kernel") if isinstance(attn, dict) else None
+    if isinstance(kernel, dict):
+        frac = kernel["bw_frac"]
+        value = (
+            "the GEMMs' fitted bandwidth"
+            if frac is None
+            else f"{frac:g} of HBM bandwidth (range {kernel['low']:g}-{kernel['high']:g}, "
+            f"measured on {kernel['measured_on']})"
+        )
+        lines.append(Text(f"- decode attention: {kernel['name']}, {value}: {kernel['source']}"))
+    return lines
 
 
 def engine_parts(meta: dict, model: LatencyModel) -> list[Group]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from dsim import shipped, spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
-from dsim.checks import check_number, check_sizes
+from dsim.checks import check_number
 from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.topology import Topology, topology
 from dsim.codehash import user_sources
@@ -35,7 +35,7 @@ from dsim.engine.config import (
 )
 from dsim.errors import InputError
 from dsim.hardware.engines import Scheduling
-from dsim.hardware.latency import LatencyModel, profile_metadata, spec_costs
+from dsim.hardware.latency import LatencyModel, decode_graphs, profile_metadata, spec_costs
 from dsim.inputs import recording
 from dsim.policies import Policy, check_gamma, plugin_source, policy_maker, reads_sla, sla_users
 from dsim.run_spec import RunSpec, default
@@ -218,15 +218,8 @@ def engine_shape(target: Profile, gamma: int) -> EngineShape:
     """The captured verify token counts and the vocabulary the profile's sidecar records (a
     graph keyed by requests captures R x (1 + gamma) tokens of a uniform verify step)."""
     side = target.sidecar
-    graphs = side.get("engine", {}).get("graphs") or {}
-    graphs = graphs if isinstance(graphs, dict) else {}
-    sizes = graphs.get("sizes") or ()
-    where = f"{Path(target.path).with_suffix('.json')}: engine graphs sizes"
-    if sizes:
-        sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), where)
-    if graphs.get("decode") == "eager":
-        sizes = ()
-    elif graphs.get("keyed_by") == "requests":
+    sizes, keyed = decode_graphs(side, target.path)
+    if keyed == "requests":
         sizes = tuple(s * (1 + gamma) for s in sizes)
     vocab = side.get("architecture", {}).get("vocab") or side.get("model_config", {}).get(
         "vocab_size", 0

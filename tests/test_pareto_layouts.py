@@ -266,7 +266,9 @@ def test_a_layout_bundle_carries_its_own_drafter_and_enters_the_key(tmp_path: Pa
     drafter.with_suffix(".json").write_bytes(Path(EAGLE3).with_suffix(".json").read_bytes())
     mine = replace(spec, draft_cost=str(drafter))
     keys = {sweep.point_key(spec), sweep.point_key(mine)}
-    drafter.write_text(drafter.read_text().replace("1.185", "1.186", 1))  # one price
+    prices = pd.read_csv(drafter)
+    prices.loc[0, "latency_ms"] += 0.001  # one price
+    prices.to_csv(drafter, index=False)
     keys.add(sweep.point_key(mine))
     keys.add(sweep.point_key(replace(mine, drafter_kind="ar")))
     assert len(keys) == 4

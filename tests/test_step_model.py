@@ -3,6 +3,7 @@ mixed-step composition, the drafter's passes, and how old profile formats are re
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -220,3 +221,30 @@ def test_mtp1_pays_one_pass_over_its_sequences(sim, tmp_path, linear):
 
 def test_read_profile_adds_verify_phase(linear):
     assert set(read_profile(linear)["phase"]) == {"verify"}
+
+
+def _graph_profile(path, keyed_by: str):
+    """Verify rows at B = 1, 2, 4, 8, 16 (one sequence, one context), 1 ms + 0.5 ms per
+    token, with a sidecar whose engine captures full decode graphs at 1, 2, 4, 8, 16."""
+    b = np.array([1, 2, 4, 8, 16])
+    df = pd.DataFrame(
+        {"batch_tokens": b, "num_seqs": 1, "context_len": 512, "latency_ms": 1 + 0.5 * b}
+    )
+    df.to_csv(path, index=False)
+    graphs = {"decode": "full", "keyed_by": keyed_by, "sizes": [1, 2, 4, 8, 16]}
+    path.with_suffix(".json").write_text(json.dumps({"engine": {"graphs": graphs}}))
+    return path
+
+
+def test_a_verify_step_between_captured_sizes_pays_the_next_graph(tmp_path):
+    """Full decode graphs keyed by tokens: B = 3 costs B = 4's step, 5-7 cost 8's, 9-16 cost
+    16's (a staircase); past the largest size the surface runs on unpadded (linear). Without
+    graphs, or with graphs keyed by requests, B = 3 is interpolated between 2 and 4."""
+    model = LatencyModel.from_csv(_graph_profile(tmp_path / "p.csv", "tokens"))
+    ms = [model.latency(b, 1, 512) * 1e3 for b in range(1, 21)]
+    want = [1.5, 2.0, 3.0, 3.0, *[5.0] * 4, *[9.0] * 8, 9.5, 10.0, 10.5, 11.0]
+    np.testing.assert_allclose(ms, want, rtol=1e-12)
+    by_requests = LatencyModel.from_csv(_graph_profile(tmp_path / "r.csv", "requests"))
+    assert by_requests.latency(3, 1, 512) * 1e3 == pytest.approx(2.5)
+    bare = LatencyModel(read_profile(tmp_path / "p.csv"))
+    assert bare.latency(3, 1, 512) * 1e3 == pytest.approx(2.5)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dsim.checks import check_number
+from dsim.checks import check_number, check_sizes
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
 from dsim.hardware.gpu_model import SpecRound
@@ -131,6 +131,30 @@ def profile_metadata(path: str | Path) -> dict[str, Any]:
     if gpus is not None:
         check_number(gpus, "parallel.gpus", ge=1, integer=True, where=side)
     return meta
+
+
+def decode_graphs(meta: dict[str, Any], where: str | Path) -> tuple[tuple[int, ...], str]:
+    """The sizes a profile's engine captures full decode graphs at and what they count
+    ("tokens" or "requests"), from its sidecar; () when its decode steps run without them."""
+    graphs = meta.get("engine", {}).get("graphs") or {}
+    graphs = graphs if isinstance(graphs, dict) else {}
+    sizes = graphs.get("sizes") or ()
+    if sizes:
+        what = f"{Path(where).with_suffix('.json')}: engine graphs sizes"
+        sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), what)
+    if graphs.get("decode") == "eager":
+        sizes = ()
+    return sizes, str(graphs.get("keyed_by", "tokens"))
+
+
+def padded(tokens: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Each token count from 1 up to the largest captured size rounded up to the next captured
+    size (the full graph it runs, padding included); 0 and counts past the largest unchanged."""
+    if not sizes:
+        return tokens
+    caps = np.asarray(sizes, np.float64)
+    up = caps[np.minimum(np.searchsorted(caps, tokens), len(caps) - 1)]
+    return np.where((tokens >= 1) & (tokens <= caps[-1]), up, tokens)
 
 
 def engine_label(path: str | Path) -> str:
@@ -256,7 +280,10 @@ class Surface:
     residual: np.ndarray  # relative in-sample error at every measured row
 
     @classmethod
-    def fit(cls, df: pd.DataFrame, use_r: bool) -> Surface:
+    def fit(cls, df: pd.DataFrame, use_r: bool, graph_tokens: tuple[int, ...] = ()) -> Surface:
+        """The surface of `df`'s rows; with `graph_tokens` (the token counts full graphs are
+        captured at) f(B) is f at B rounded up to the next captured size, a staircase: the
+        rows price their own padded steps, and a B between two rows runs the padded graph."""
         contexts = np.sort(df["context_len"].unique()).astype(np.float64)
         bmax = max(MIN_TABLE_TOKENS, int(2 * df["batch_tokens"].max()))
         rmax = max(MIN_TABLE_SEQS, int(2 * df["num_seqs"].max()))
@@ -268,7 +295,7 @@ class Surface:
             y = part["latency_ms"].to_numpy(float) / 1e3
             bk, fv, rk, gv = _fit_additive(b, r, y, use_r)
             knots.append((bk, fv, rk, gv))
-            f.append(_interp_linear(tb, bk, fv))
+            f.append(_interp_linear(padded(tb, graph_tokens), bk, fv))
             g.append(_interp_linear(tr, rk, gv))
             residual.append((np.interp(b, bk, fv) + np.interp(r, rk, gv)) / y - 1)
         return cls(
@@ -487,7 +514,15 @@ class LatencyModel:
     """Target step latency in seconds from a profile: verify, prefill and mixed steps (module
     doc). The engine charges every step through `step`; checks read `latency` (verify only)."""
 
-    def __init__(self, df: pd.DataFrame, name: str = "profile", engine: str = "") -> None:
+    def __init__(
+        self,
+        df: pd.DataFrame,
+        name: str = "profile",
+        engine: str = "",
+        graph_tokens: tuple[int, ...] = (),
+    ) -> None:
+        """`graph_tokens`: the token counts the engine captures full decode graphs at, whose
+        padding a verify step between two profiled counts pays (`Surface.fit`)."""
         self.name = name
         self.engine = engine
         if "phase" not in df:
@@ -506,14 +541,19 @@ class LatencyModel:
         prefill = df[df["phase"] == "prefill"]
         if verify.empty:
             raise InputError(name, None, "no verify rows (phase verify is the default)")
-        self.verify = Surface.fit(verify, use_r)
+        self.verify = Surface.fit(verify, use_r, graph_tokens)
         self.prefill_surface = Surface.fit(prefill, use_r) if len(prefill) else self.verify
         self.has_prefill = bool(len(prefill))
         self._floor = float(df["latency_ms"].min()) / 1e3 * 0.05
 
     @classmethod
     def from_csv(cls, path: str | Path) -> LatencyModel:
-        return cls(read_profile(path), name=Path(path).stem, engine=engine_label(path))
+        """The profile's model; a staircase in the verify tokens where its sidecar records full
+        decode graphs keyed by tokens (vLLM's; graphs keyed by requests pad the request count,
+        which the additive surface cannot carry: not applied, docs/design.md)."""
+        sizes, keyed = decode_graphs(profile_metadata(path), path)
+        steps = sizes if keyed == "tokens" else ()
+        return cls(read_profile(path), Path(path).stem, engine_label(path), steps)
 
     def latency(self, batch_tokens: Any, num_seqs: int = 1, context_len: float = 0.0) -> Any:
         """Seconds for a verify step of B tokens over R sequences with mean context C; B may be

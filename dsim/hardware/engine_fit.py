@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from dsim.hardware import gpu_fit, moe
+from dsim.hardware import gpu_fit, memory, moe
 from dsim.hardware.arch import Parallel
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.graph_priors import graphs
@@ -171,10 +171,11 @@ def _e_row(i: int) -> dict:
 
 
 def setup_pricing(setup: str, version: str) -> Pricing:
-    """A row setup's pricing under an engine version's graphs, custom all-reduce, fusion and
-    decode attention kernel."""
+    """A row setup's pricing under an engine version's graphs, custom all-reduce, fusion,
+    decode attention kernel and the KV dtype it gives the checkpoint by default (TensorRT-LLM
+    caches an fp8 checkpoint's KV in fp8)."""
     model, gpu, tp, dtype = SETUPS[setup]
-    par = Parallel(tp=tp, dtype=dtype)
+    par = Parallel(tp=tp, dtype=dtype, kv_dtype=memory.rule(version).kv_dtype("auto", dtype))
     return pricing(model, gpu, par, True, graphs(version, gpu), version)
 
 

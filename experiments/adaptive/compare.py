@@ -24,6 +24,7 @@ from dsim.pareto.exclusion import exclusions  # noqa: E402
 from dsim.pareto.sweep import make_points, run_sweep  # noqa: E402
 from dsim.report import markdown_table  # noqa: E402
 from dsim.run_spec import RunSpec  # noqa: E402
+from dsim.sla import Sla  # noqa: E402
 from experiments.closed_loop import ENGINES as DENSE  # noqa: E402
 from experiments.closed_loop import client  # noqa: E402
 
@@ -95,7 +96,7 @@ def run(jobs: int) -> pd.DataFrame:
     table = pd.concat([pd.DataFrame([lab for lab, _ in todo]), summaries[COLUMNS]], axis=1)
     table["excluded"] = ""
     for _, part in table.groupby(["setup", "engine", "acceptance"], sort=False):
-        table.loc[part.index, "excluded"] = exclusions(part, ())
+        table.loc[part.index, "excluded"] = exclusions(part, Sla())
     return table
 
 
@@ -141,7 +142,7 @@ def report(table: pd.DataFrame) -> str:
     lines += ["", "## Verify budget (tokens verified per request per round, mean over seeds)", ""]
     budget = counted.groupby(["setup", "acceptance", "engine", "load", "policy"], sort=False)
     wide = budget["mean_verify_budget"].mean().unstack("policy")[list(POLICIES)].round(2)
-    rows = [[", ".join(map(str, key)), *wide.loc[key].tolist()] for key in wide.index]
+    rows = [[", ".join(map(str, key)), *map(str, wide.loc[key].tolist())] for key in wide.index]
     lines.append(markdown_table(["setup, acceptance, engine, load", *POLICIES], rows))
     return "\n".join(lines) + "\n"
 

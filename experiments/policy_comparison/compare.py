@@ -32,6 +32,7 @@ from dsim.pareto.exclusion import exclusions  # noqa: E402
 from dsim.pareto.sweep import make_points, run_sweep  # noqa: E402
 from dsim.report import frame_table, markdown_table  # noqa: E402
 from dsim.run_spec import RunSpec  # noqa: E402
+from dsim.sla import Sla  # noqa: E402
 from experiments.closed_loop import ENGINES, client  # noqa: E402
 
 POLICIES = ["mtp1", "fixed:2", "fixed:3", "fixed:5", "fixed:7", "dspark"]
@@ -92,7 +93,7 @@ def run(engine: str, ragged: float | None, out: Path) -> pd.DataFrame:
     table = pd.concat([pd.DataFrame([lab for lab, _ in todo]), summaries[COLUMNS]], axis=1)
     table["excluded"] = ""
     for _, part in table.groupby("domain", sort=False):
-        table.loc[part.index, "excluded"] = exclusions(part, ())
+        table.loc[part.index, "excluded"] = exclusions(part, Sla())
     return table
 
 

@@ -72,7 +72,7 @@ def load_points(name: Path) -> pd.DataFrame:
             parts.append(pts.assign(sweep=f"{name.name}{suffix}", policy=dspark_label(penalty)))
     points = pd.concat(parts, ignore_index=True)
     points["layout"] = points["layout"].fillna("") if "layout" in points else ""
-    points["excluded"] = exclusions(points, load_config(f"{name}.toml").ttft_bounds)
+    points["excluded"] = exclusions(points, load_config(f"{name}.toml").sla)
     limited = (
         (points["prefill_busy_max"] > PREFILL_LIMIT)
         .groupby([points["policy"], points["load"]])

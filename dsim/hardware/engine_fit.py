@@ -53,6 +53,7 @@ SETUPS = {  # setup of a row: (zoo model, gpu, tp, weight dtype)
     "pr": ("llama3.3-70b", "h100", 8, "bf16"),
     "datacrunch": ("llama3.3-70b", "h200", 4, "bf16"),
     "docs": ("llama3-8b", "h100", 1, "bf16"),
+    "b200": ("llama3.1-70b", "b200", 4, "bf16"),
 }
 # Published row -> (engine version, source fold, setup): the rules' plain table.
 P_ROWS: dict[int, tuple[str, str, str]] = {
@@ -63,6 +64,8 @@ P_ROWS: dict[int, tuple[str, str, str]] = {
 }
 E_FITTED = (130, 131, 132, 135, 136, 137, 138)  # datacrunch's 70B TP 4 H200 series in scope
 E_OVERLOAD = (133, 134)  # the rules' exclusion 1: reported, not fitted
+E_B200 = (143, 144, 145)  # vLLM V1 on 4x B200: evaluation only (addendum 3, item 5)
+SONNET = (550, 150)  # `vllm bench serve --dataset-name sonnet`'s default input and output
 FOLDS = ("vLLM logs", "SGLang logs", "NIM", "SGLang PR", "datacrunch")
 
 
@@ -197,6 +200,28 @@ def moe_memory_s(setup: str, version: str, tokens: float) -> float:
     return float(price.arch.moe_layers * np.asarray(one).sum())
 
 
+def _b200_row(i: int) -> dict:
+    """E143-E145: Llama-3.1-70B TP 4 on B200 under vLLM V1 (~0.10, July 2025; read with the
+    vllm-0.8 preset, the V1 version dsim has, no async scheduling), Poisson 1/5/10 req/s of
+    sonnet requests: R by Little's law (rate x (TTFT + output x TPOT)), context input + half
+    the output. Evaluation only: the B200 borrows H100's calibration."""
+    r = eval_rows()[i]
+    tpot, rate = float(r["median_tpot_ms"]) / 1e3, float(r["request_rate"])
+    inp, out = SONNET
+    seqs = rate * (float(r["ttft_median_ms"]) / 1e3 + out * tpot)
+    return dict(
+        row=f"E{i}",
+        version="vllm-0.8",
+        fold="vLLM PR #20759",
+        setup="b200",
+        metric="median TPOT",
+        noise=0.10,
+        measured_s=tpot,
+        seqs=seqs,
+        context=inp + out / 2,
+    )
+
+
 @cache
 def fit_rows() -> pd.DataFrame:
     """Every plain row of the rules: measured seconds, R, C, GPU work, the grouped GEMMs'
@@ -206,6 +231,8 @@ def fit_rows() -> pd.DataFrame:
     out += [_e_row(i) | {"fitted": True} for i in E_FITTED]
     out += [_e_row(i) | {"fitted": False, "excluded": "overload (exclusion 1)"} for i in E_OVERLOAD]
     out += [_e_row(0) | {"fitted": False, "excluded": "evaluation only (batch assumed)"}]
+    b200 = "evaluation only (B200, H100's calibration borrowed)"
+    out += [_b200_row(i) | {"fitted": False, "excluded": b200} for i in E_B200]
     for row in out:
         row.setdefault("fitted", True)
         row.setdefault("excluded", "")

@@ -211,13 +211,16 @@ def test_no_admitted_request_outgrows_its_reservation(
     np.testing.assert_array_equal(res.requests["output_tokens"], out)
 
 
-def test_a_request_whose_reservation_does_not_fit_is_refused(tmp_path):
-    """Prompt 100 + output 100: its longest round holds 200 tokens, 13 blocks of 16."""
+@pytest.mark.parametrize("admission", ["reserve", "recompute"])
+def test_a_request_whose_longest_round_does_not_fit_whole_blocks_is_refused(tmp_path, admission):
+    """Prompt 100 + output 100: its longest round holds 200 tokens, 13 blocks of 16 (208
+    tokens). 207 KV tokens are 12 whole blocks: refused under either admission (recompute
+    used to pass its token count and then preempt the request forever)."""
     trace = write_trace(tmp_path / "t.jsonl", [0.0], [100], [100])
     flat = write_flat_profile(tmp_path / "flat.csv", 5.0)
-    spec = dict(trace=str(trace), profile=str(flat), policy="ar", admission="reserve")
+    spec = dict(trace=str(trace), profile=str(flat), policy="ar", admission=admission)
     assert simulate(RunSpec(**spec, kv_tokens=208)).requests["finish_s"].notna().all()
-    with pytest.raises(InputError, match="needs 208 KV tokens, more than --kv-tokens 207"):
+    with pytest.raises(InputError, match=r"needs 208 KV tokens \(13 blocks of 16\), more than"):
         simulate(RunSpec(**spec, kv_tokens=207))
 
 

@@ -136,17 +136,21 @@ class Replica:
         self._check_fits()
 
     def _check_fits(self) -> None:
-        need = self.w.prompt_tokens + self.w.output_tokens + self.lookahead
-        if self.reserves:  # the whole blocks of its longest round, taken at once
-            need = self.kv.blocks_for(need - 1) * self.cfg.block_size
-        too_big = np.flatnonzero(need > self.cfg.kv_tokens)
+        """Refuse a request whose longest round cannot fit the cache's whole blocks: its last
+        round starts at prompt + output - 1 tokens and needs a round's lookahead more, in whole
+        blocks (what recompute grows a row to and reserve takes at once); one that does not
+        fit would be preempted forever."""
+        size = self.cfg.block_size
+        longest = self.w.prompt_tokens + self.w.output_tokens + self.lookahead - 1
+        need = -(-longest // size) * size
+        too_big = np.flatnonzero(need > self.kv.capacity * size)
         if len(too_big):
             i = int(too_big[0])
             raise InputError(
                 self.w.source,
                 i + 1,
-                f"request needs {int(need[i])} KV tokens, "
-                f"more than --kv-tokens {self.cfg.kv_tokens}",
+                f"request needs {int(need[i])} KV tokens ({int(need[i]) // size} blocks of "
+                f"{size}), more than --kv-tokens {self.cfg.kv_tokens} holds in whole blocks",
             )
 
     def _engine_costs(self) -> EngineCosts:

@@ -101,6 +101,12 @@ def test_launch_commands_name_the_engine_s_speculative_settings():
     assert "--speculative-num-draft-tokens 5" in sglang.commands[0]
     assert any("1 prefill and 3 decode" in n for n in sglang.notes)
     assert launch.launch(_config("vllm", "dspark", 5), "preset:eagle3:chat", None) is None
+    adaptive = launch.launch(_config("vllm", "vllm-adaptive", 7), "preset:eagle3:chat", "/w/e")
+    assert (
+        '"num_speculative_tokens": 7, "enable_adaptive_verification": true}'
+        in (adaptive.commands[0])
+    )
+    assert launch.launch(_config("sglang", "vllm-adaptive", 7), "preset:eagle3:chat", None) is None
     assert launch.launch(_config("trtllm", "fixed:3", 3), "preset:eagle3:chat", None) is None
 
 

@@ -2,11 +2,14 @@
 `python -m sglang.launch_server ...`), and whether that engine ships its policy.
 
 vLLM and SGLang ship plain decoding and a fixed number of drafts per round (vLLM's
-`num_speculative_tokens`, SGLang's `--speculative-num-steps`), MTP-1 included; neither ships a
-per-request verify length chosen each round (dspark, dspark-async, goodput, threshold:h) nor
-the clairvoyant oracle. The drafter is the one the configuration's drafter profile was priced
-for (its sidecar's `draft_model`), else the acceptance spec's (`preset:DRAFTER:DOMAIN`); its
-weights are the user's to name (`--draft-model-path`)."""
+`num_speculative_tokens`, SGLang's `--speculative-num-steps`), MTP-1 included; vLLM also ships
+its adaptive verification (`vllm-adaptive`: `"enable_adaptive_verification": true` in
+`--speculative-config`, read by the proposers whose drafters report a confidence, such as
+DSpark's and DFlash's). Neither ships dsim's other per-round verify lengths (dspark,
+dspark-async, goodput, threshold:h) nor the clairvoyant oracle. The drafter is the one the
+configuration's drafter profile was priced for (its sidecar's `draft_model`), else the
+acceptance spec's (`preset:DRAFTER:DOMAIN`); its weights are the user's to name
+(`--draft-model-path`)."""
 
 from __future__ import annotations
 
@@ -30,7 +33,10 @@ HF_NAMES = {
     "llama3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
     "bloom-176b": "bigscience/bloom",
 }
-SHIPPED = {"vllm": ("ar", "fixed", "mtp1"), "sglang": ("ar", "fixed", "mtp1")}
+SHIPPED = {
+    "vllm": ("ar", "fixed", "mtp1", "vllm-adaptive"),
+    "sglang": ("ar", "fixed", "mtp1"),
+}
 # A drafter's method in each engine; any other drafter runs as a separate draft model.
 VLLM_METHODS = {"eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp"}
 SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN"}
@@ -66,6 +72,8 @@ def _vllm(c: Config, model: str, draft: str | None, path: str) -> list[str]:
         if method != "mtp":
             spec["model"] = path
         spec["num_speculative_tokens"] = c.gamma
+        if spec_grammar.name_arg(c.policy)[0] == "vllm-adaptive":
+            spec["enable_adaptive_verification"] = True
         words.append(f"--speculative-config '{json.dumps(spec)}'")
     if c.layout.disagg is not None:
         kv = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}

@@ -112,7 +112,8 @@ def reading(field: str) -> Iterator[None]:
 def load_profile(path: str) -> Profile:
     """A profile and its sidecar, from the package's copy when dsim ships `path`."""
     path = shipped.locate(path)
-    return Profile(path, LatencyModel.from_csv(path), profile_metadata(path))
+    meta = profile_metadata(path)
+    return Profile(path, LatencyModel.from_csv(path, meta), meta)
 
 
 def resolve_engine(spec: RunSpec) -> EngineInputs:

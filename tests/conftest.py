@@ -26,6 +26,14 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # A spec for each registered built-in whose usage names a parameter (`fixed:K`).
+# A KV budget far below the demand of 120 requests: every admission rule meets pressure.
+KV_PRESSURE = dict(
+    trace="synthetic:rate=50,n=120,prompt=300,output=200,sigma=0.3",
+    acceptance="iid:0.8",
+    policy="fixed:4",
+    kv_tokens=4000,
+    prefill_chunk=256,
+)
 EXAMPLE_ARGS = {"fixed:K": "fixed:2", "threshold:h": "threshold:0.5"}
 
 

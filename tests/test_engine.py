@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT, write_flat_profile, write_trace
+from conftest import KV_PRESSURE, ROOT, write_flat_profile, write_trace
 
 from dsim.run import RunSpec, simulate, write_run
 
@@ -120,13 +120,7 @@ def test_presets_reproduce_reference_tau(sim, flat, preset, domain, column, targ
 
 def test_kv_pressure_preempts_and_still_conserves_tokens(sim):
     """A KV budget far below demand forces preemption; invariants hold (checked by `sim`)."""
-    res = sim(
-        trace="synthetic:rate=50,n=120,prompt=300,output=200,sigma=0.3",
-        acceptance="iid:0.8",
-        policy="fixed:4",
-        kv_tokens=4000,
-        prefill_chunk=256,
-    )
+    res = sim(**KV_PRESSURE)
     assert res.summary["preemptions"] > 0
     assert res.summary["kv_peak_blocks"] <= res.summary["kv_capacity_blocks"]
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import run_cli, write_flat_profile, write_trace
+from conftest import KV_PRESSURE, run_cli, write_flat_profile, write_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,18 +109,10 @@ def test_help_says_what_auto_means(monkeypatch, capsys):
 
 # -- admission: TensorRT-LLM reserves prompt + output and never preempts ----------------------
 
-PRESSURE = dict(
-    trace="synthetic:rate=50,n=120,prompt=300,output=200,sigma=0.3",
-    acceptance="iid:0.8",
-    policy="fixed:4",
-    kv_tokens=4000,
-    prefill_chunk=256,
-)
-
 
 def test_reserving_admission_never_preempts_and_stays_in_the_budget(sim):
-    recompute = sim(**PRESSURE, admission="recompute")
-    reserve = sim(**PRESSURE, admission="reserve")
+    recompute = sim(**KV_PRESSURE, admission="recompute")
+    reserve = sim(**KV_PRESSURE, admission="reserve")
     assert recompute.summary["preemptions"] > 0  # the same load does preempt under vLLM's rule
     assert reserve.summary["preemptions"] == 0
     assert reserve.requests["finish_s"].notna().sum() == 120

@@ -728,7 +728,7 @@ HISTORY = re.compile(r"issues? \d+|\bv\d+\b", re.IGNORECASE)
 
 @pytest.mark.parametrize("command", ["validate", "serve"])
 def test_help_speaks_of_the_tool_not_its_history(monkeypatch, capsys, command):
-    """Version notes and issue numbers live in experiments/validation/README.md."""
+    """Version notes and issue numbers live in the validation study's README, not the help."""
     monkeypatch.setenv("COLUMNS", "400")  # no line break inside a note
     code, out, _ = run_cli(monkeypatch, capsys, command, "--help")
     assert code == 0 and "--max-new-tokens" in out

@@ -9,7 +9,7 @@ model's latent x = logit(p) is observed directly, not inferred from 0/1 outcomes
   request's cells); rho: the lag-1 autocorrelation over a request's rounds of what remains;
 - overconf, noise: logit(conf_k) regressed on x with an intercept per position and one slope b;
   the model's c = sigmoid(overconf * (x + n)) has slope overconf and residual sd overconf * noise.
-Method and the live traces' figures: experiments/confidence/README.md.
+The live traces' figures and what they transfer: docs/presets.md, Spreads and confidence noise.
 """
 
 from __future__ import annotations

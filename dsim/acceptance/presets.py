@@ -18,7 +18,7 @@ DEFAULT_TARGET = "qwen3-8b"
 FIT_SPREAD, FIT_SPREAD_REQ = 1.0, 0.5
 # Where those spreads and the (absent) confidence noise come from: the paper gives no per-request
 # or per-round figures, and the only traces that do are a 135M target's, whose levels do not
-# transfer (docs/presets.md, Spreads and confidence noise; experiments/confidence/README.md).
+# transfer (docs/presets.md, Spreads and confidence noise).
 SPREAD_EVIDENCE = (
     "assumed (bracket: spread 0.5-2, spread_req 0.2-1, noise 0-3); the 135M target's trace "
     "smollm2-parallel measures spread 1.12, spread_req 0.22-0.42, rho 0.11, a raw confidence "

@@ -41,8 +41,8 @@ class KvBlocks:
     def free(self) -> int:
         return self.capacity - self.used
 
-    def blocks_for(self, tokens: int) -> int:
-        """Blocks that hold `tokens` tokens."""
+    def blocks_for(self, tokens: int | np.ndarray) -> int | np.ndarray:
+        """Blocks that hold `tokens` tokens (each of an array's entries)."""
         return -(-tokens // self.block_size)
 
     def admit(self, blocks: int) -> bool:

@@ -141,15 +141,16 @@ class Replica:
         blocks (what recompute grows a row to and reserve takes at once); one that does not
         fit would be preempted forever."""
         size = self.cfg.block_size
-        longest = self.w.prompt_tokens + self.w.output_tokens + self.lookahead - 1
-        need = -(-longest // size) * size
-        too_big = np.flatnonzero(need > self.kv.capacity * size)
+        blocks = self.kv.blocks_for(
+            self.w.prompt_tokens + self.w.output_tokens + self.lookahead - 1
+        )
+        too_big = np.flatnonzero(blocks > self.kv.capacity)
         if len(too_big):
             i = int(too_big[0])
             raise InputError(
                 self.w.source,
                 i + 1,
-                f"request needs {int(need[i])} KV tokens ({int(need[i]) // size} blocks of "
+                f"request needs {int(blocks[i]) * size} KV tokens ({int(blocks[i])} blocks of "
                 f"{size}), more than --kv-tokens {self.cfg.kv_tokens} holds in whole blocks",
             )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -95,12 +95,33 @@ def _mean_itl_s(row: pd.Series) -> float:
     return float(found.group(1)) / 1e3 if found else float("nan")
 
 
+@dataclass(frozen=True)
+class PlainRow:
+    """One plain decoding row as the rules read it: what it measured (seconds a step, by
+    `metric`), at R sequences and context C, under which engine version, setup and fold, its
+    noise, the other requests' prefill work a step carries (NIM's mean TPOT) and whether it is
+    fitted (else why not)."""
+
+    row: str
+    version: str
+    fold: str
+    setup: str
+    metric: str
+    measured_s: float
+    seqs: float
+    context: float
+    noise: float
+    prefill_s: float = 0.0
+    fitted: bool = True
+    excluded: str = ""
+
+
 def _notes_number(row: dict, label: str) -> float:
     """A number the row's notes give after `label`."""
     return float(re.search(re.escape(label) + r"([0-9.]+)", row["notes"]).group(1))
 
 
-def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
+def _p_row(i: int, version: str, fold: str, setup: str) -> PlainRow:
     row = raw_rows().iloc[i]
     noise = 0.05
     if setup == "pr":  # TPOT = 1 / tok/s at batch 1
@@ -120,7 +141,7 @@ def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
         n = float(row["input_len"])
         one = float(gpu_costs("nim", version, n, 1.0, n, True)["gpu"][0])
         prefill = max(seqs - 1.0, 0.0) / float(row["output_len"]) * one
-    return dict(
+    return PlainRow(
         row=f"P{i}",
         version=version,
         fold=fold,
@@ -134,13 +155,13 @@ def _p_row(i: int, version: str, fold: str, setup: str) -> dict:
     )
 
 
-def _e_row(i: int) -> dict:
+def _e_row(i: int) -> PlainRow:
     """E130-E138 (SGLang, Llama-3.x-70B, 4x H200) and E0 (SGLang docs, 8B, batch 1 assumed)."""
     ev = eval_rows()
     r = ev[i]
     mtb = float(MTBENCH_CONTEXT)
     if i == 0:
-        return dict(
+        return PlainRow(
             row="E0",
             version="sglang",
             fold="SGLang docs",
@@ -160,7 +181,7 @@ def _e_row(i: int) -> dict:
     else:  # no tok/s: rate x E135/E136's mean output x median TPOT
         out_len = _notes_number(ev[i - 2], "mean output tokens/request = ")
         seqs, context = float(r["request_rate"]) * out_len * float(r["median_tpot_ms"]) / 1e3, mtb
-    return dict(
+    return PlainRow(
         row=f"E{i}",
         version="sglang",
         fold="datacrunch",
@@ -200,7 +221,7 @@ def moe_memory_s(setup: str, version: str, tokens: float) -> float:
     return float(price.arch.moe_layers * np.asarray(one).sum())
 
 
-def _b200_row(i: int) -> dict:
+def _b200_row(i: int) -> PlainRow:
     """E143-E145: Llama-3.1-70B TP 4 on B200 under vLLM V1 (~0.10, July 2025; read with the
     vllm-0.8 preset, the V1 version dsim has, no async scheduling), Poisson 1/5/10 req/s of
     sonnet requests: R by Little's law (rate x (TTFT + output x TPOT)), context input + half
@@ -209,7 +230,7 @@ def _b200_row(i: int) -> dict:
     tpot, rate = float(r["median_tpot_ms"]) / 1e3, float(r["request_rate"])
     inp, out = SONNET
     seqs = rate * (float(r["ttft_median_ms"]) / 1e3 + out * tpot)
-    return dict(
+    return PlainRow(
         row=f"E{i}",
         version="vllm-0.8",
         fold="vLLM PR #20759",
@@ -227,23 +248,26 @@ def fit_rows() -> pd.DataFrame:
     """Every plain row of the rules: measured seconds, R, C, GPU work, the grouped GEMMs'
     memory time, the other requests' prefill work (NIM's mean TPOT), and whether it is
     fitted."""
-    out = [_p_row(i, *v) for i, v in P_ROWS.items()]
-    out += [_e_row(i) | {"fitted": True} for i in E_FITTED]
-    out += [_e_row(i) | {"fitted": False, "excluded": "overload (exclusion 1)"} for i in E_OVERLOAD]
-    out += [_e_row(0) | {"fitted": False, "excluded": "evaluation only (batch assumed)"}]
+    rows = [_p_row(i, *v) for i, v in P_ROWS.items()]
+    rows += [_e_row(i) for i in E_FITTED]
+    rows += [
+        replace(_e_row(i), fitted=False, excluded="overload (exclusion 1)") for i in E_OVERLOAD
+    ]
+    rows += [replace(_e_row(0), fitted=False, excluded="evaluation only (batch assumed)")]
     b200 = "evaluation only (B200, H100's calibration borrowed)"
-    out += [_b200_row(i) | {"fitted": False, "excluded": b200} for i in E_B200]
-    for row in out:
-        row.setdefault("fitted", True)
-        row.setdefault("excluded", "")
-        costs = gpu_costs(
-            row["setup"], row["version"], row["seqs"], row["seqs"], row["context"], False
+    rows += [replace(_b200_row(i), fitted=False, excluded=b200) for i in E_B200]
+    out = []
+    for row in rows:
+        costs = gpu_costs(row.setup, row.version, row.seqs, row.seqs, row.context, False)
+        out.append(
+            asdict(row)
+            | {
+                "gpu_s": float(costs["gpu"][0]),
+                "padding_s": float(costs["padding"][0]),
+                "launches_s": float(costs["launches"][0]),
+                "moe_mem_s": moe_memory_s(row.setup, row.version, row.seqs),
+            }
         )
-        row["gpu_s"] = float(costs["gpu"][0])
-        row["padding_s"] = float(costs["padding"][0])
-        row["launches_s"] = float(costs["launches"][0])
-        row["moe_mem_s"] = moe_memory_s(row["setup"], row["version"], row["seqs"])
-        row.setdefault("prefill_s", 0.0)
     return pd.DataFrame(out)
 
 

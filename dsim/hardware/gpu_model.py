@@ -290,6 +290,14 @@ class StepOverhead:
 GRAPH_MODES = ("full", "piecewise", "eager")
 
 
+def next_captured(key: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Each key (tokens or requests) up to the largest captured size rounded up to the next
+    captured size, the graph a step of it replays; keys past the largest unchanged."""
+    caps = np.asarray(sizes, np.float64)
+    up = caps[np.minimum(np.searchsorted(caps, key), len(caps) - 1)]
+    return np.where(key <= caps[-1], up, key)
+
+
 @dataclass(frozen=True)
 class Graphs:
     """Where an engine replays CUDA graphs (docs/engine-priors.md, a and b): the sizes it
@@ -330,11 +338,9 @@ class Graphs:
         n = np.asarray(tokens, np.float64)
         if self.decode == "eager":
             return n
-        sizes = np.asarray(self.sizes, np.float64)
         key = self._key(n, seqs)
-        graphed = ~np.asarray(prefill, bool) & (key <= sizes[-1])
-        up = sizes[np.minimum(np.searchsorted(sizes, key), len(sizes) - 1)]
-        return np.where(graphed, n * up / np.maximum(key, 1.0), n)
+        graphed = ~np.asarray(prefill, bool) & (key <= self.sizes[-1])
+        return np.where(graphed, n * next_captured(key, self.sizes) / np.maximum(key, 1.0), n)
 
     def launches(
         self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray, layers: int

@@ -45,7 +45,7 @@ import pandas as pd
 from dsim.checks import check_number, check_sizes
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
-from dsim.hardware.gpu_model import SpecRound
+from dsim.hardware.gpu_model import SpecRound, next_captured
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
@@ -147,20 +147,17 @@ def decode_graphs(meta: dict[str, Any], where: str | Path) -> tuple[tuple[int, .
     return sizes, str(graphs.get("keyed_by", "tokens"))
 
 
-def padded(tokens: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
-    """Each token count from 1 up to the largest captured size rounded up to the next captured
-    size (the full graph it runs, padding included); 0 and counts past the largest unchanged."""
-    if not sizes:
-        return tokens
-    caps = np.asarray(sizes, np.float64)
-    up = caps[np.minimum(np.searchsorted(caps, tokens), len(caps) - 1)]
-    return np.where((tokens >= 1) & (tokens <= caps[-1]), up, tokens)
+def staircase(meta: dict[str, Any], where: str | Path) -> tuple[int, ...]:
+    """The token counts whose padding a verify step pays between a profile's points: full
+    decode graphs keyed by tokens (vLLM's). Graphs keyed by requests (SGLang's) pad the request
+    count, which the additive surface f(B) + g(R) cannot carry: none (docs/design.md)."""
+    sizes, keyed = decode_graphs(meta, where)
+    return sizes if keyed == "tokens" else ()
 
 
-def engine_label(path: str | Path) -> str:
-    """Which engine a profile's steps belong to, from its sidecar: an estimate's preset (with
-    its overhead scale when not 1), "measured" for a measurement, "" without a sidecar."""
-    meta = profile_metadata(path)
+def engine_label(meta: dict[str, Any]) -> str:
+    """Which engine a profile's steps belong to, from its sidecar `meta`: an estimate's preset
+    (with its overhead scale when not 1), "measured" for a measurement, "" without a sidecar."""
     if not meta:
         return ""
     if not meta.get("estimate"):
@@ -288,6 +285,8 @@ class Surface:
         bmax = max(MIN_TABLE_TOKENS, int(2 * df["batch_tokens"].max()))
         rmax = max(MIN_TABLE_SEQS, int(2 * df["num_seqs"].max()))
         tb, tr = np.arange(bmax + 1.0), np.arange(rmax + 1.0)
+        # the tokens a step of B runs: B, or the next captured size where graphs pad it
+        run = np.where(tb >= 1, next_captured(tb, graph_tokens), tb) if graph_tokens else tb
         f, g, knots, residual = [], [], [], []
         for ctx in contexts:
             part = df[df["context_len"] == ctx]
@@ -295,7 +294,7 @@ class Surface:
             y = part["latency_ms"].to_numpy(float) / 1e3
             bk, fv, rk, gv = _fit_additive(b, r, y, use_r)
             knots.append((bk, fv, rk, gv))
-            f.append(_interp_linear(padded(tb, graph_tokens), bk, fv))
+            f.append(_interp_linear(run, bk, fv))
             g.append(_interp_linear(tr, rk, gv))
             residual.append((np.interp(b, bk, fv) + np.interp(r, rk, gv)) / y - 1)
         return cls(
@@ -547,13 +546,11 @@ class LatencyModel:
         self._floor = float(df["latency_ms"].min()) / 1e3 * 0.05
 
     @classmethod
-    def from_csv(cls, path: str | Path) -> LatencyModel:
-        """The profile's model; a staircase in the verify tokens where its sidecar records full
-        decode graphs keyed by tokens (vLLM's; graphs keyed by requests pad the request count,
-        which the additive surface cannot carry: not applied, docs/design.md)."""
-        sizes, keyed = decode_graphs(profile_metadata(path), path)
-        steps = sizes if keyed == "tokens" else ()
-        return cls(read_profile(path), Path(path).stem, engine_label(path), steps)
+    def from_csv(cls, path: str | Path, meta: dict[str, Any] | None = None) -> LatencyModel:
+        """The profile's model, its sidecar `meta` read here unless given; a staircase in the
+        verify tokens where the sidecar records one (`staircase`)."""
+        meta = profile_metadata(path) if meta is None else meta
+        return cls(read_profile(path), Path(path).stem, engine_label(meta), staircase(meta, path))
 
     def latency(self, batch_tokens: Any, num_seqs: int = 1, context_len: float = 0.0) -> Any:
         """Seconds for a verify step of B tokens over R sequences with mean context C; B may be

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from dsim.cpu import cpu_name
 from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.latency import write_profile
@@ -338,13 +338,7 @@ def device_name(device: Any) -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_name()
 
 
 def profile_model(

@@ -25,7 +25,13 @@ from rich.table import Table
 from rich.text import Text
 
 from dsim.fileio import check_output_file, write_png
-from dsim.hardware.latency import LatencyModel, engine_label, profile_metadata, read_profile
+from dsim.hardware.latency import (
+    LatencyModel,
+    engine_label,
+    profile_metadata,
+    read_profile,
+    staircase,
+)
 from dsim.hardware.show_engine import engine_parts
 from dsim.report import figure
 
@@ -199,9 +205,8 @@ def show_profile(path: str | Path, out: str | Path | None = None, force: bool = 
     """Print the profile tables and write the PNG (default: beside the CSV; a PNG dsim did not
     write is replaced only with `force`); returns the PNG."""
     path = Path(path)
-    df = read_profile(path)
-    model = LatencyModel(df, name=path.stem, engine=engine_label(path))
-    meta = profile_metadata(path)
+    df, meta = read_profile(path), profile_metadata(path)
+    model = LatencyModel(df, path.stem, engine_label(meta), staircase(meta, path))
     png = Path(out) if out is not None else path.with_suffix(".png")
     check_output_file(png, force)
     Console().print(render_table(path, df, meta, model))

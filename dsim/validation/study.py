@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dsim.cpu import cpu_name
 from dsim.errors import InputError
 from dsim.fileio import check_output_dir, write_json, write_with
 from dsim.models.data import Prompt, read_prompt_file, write_prompt_file
@@ -174,15 +175,7 @@ class _Phases:
 
 def machine() -> dict[str, str | int]:
     """What the real runs ran on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count() or 0, "platform": platform.platform()}
+    return {"cpu": cpu_name(), "cores": os.cpu_count() or 0, "platform": platform.platform()}
 
 
 def study_meta(s: Settings, served: int) -> dict:

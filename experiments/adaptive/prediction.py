@@ -20,6 +20,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dsim.cpu import cpu_name
 from dsim.fileio import write_with
 
 DIR = Path(__file__).resolve().parent
@@ -90,14 +91,7 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")
-        ),
-        "unknown",
-    )
+    cpu = cpu_name()
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

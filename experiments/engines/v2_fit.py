@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dsim.cpu import cpu_name
 from dsim.fileio import write_with
 from dsim.hardware import engine_fit, moe, round_fit
 from dsim.hardware.gpu_model import SpecRound
@@ -79,14 +80,7 @@ def header() -> list[str]:
     dirty = subprocess.run(
         ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
+    cpu = cpu_name()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return [

@@ -287,3 +287,21 @@ def test_the_step_token_budget_is_an_axis_the_commands_carry():
     sglang = launch.launch(replace(found[1], target=replace(target, engine="sglang")),
                            "preset:eagle3:chat", "/w").commands[0]  # fmt: skip
     assert "--chunked-prefill-size 4096" in sglang
+
+
+def test_long_prompts_bracket_what_the_configuration_serves(monkeypatch, capsys, tmp_path):
+    """Prefill-bound traffic (2,048-token prompts, 4 output tokens) on the shipped estimate:
+    the grid's top must bound what one replica serves and its floor (top / 32) lie below it, so
+    a loose TTFT tier is met inside the grid. Pricing the bound's prefill at context 0 (below
+    every prefill row of a profile) made it ~800x too loose: every grid load overloaded."""
+    out = tmp_path / "p"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1",
+        "--profile", str(ROOT / "profiles/h200-qwen3-8b-roofline.csv"), "--policies", "ar",
+        "--trace", "synthetic:rate=4,duration=600,prompt=2048,output=4,sigma=0",
+        "--tier", "loose:ttft_p99_s=30", "--seeds", "1", "--requests", "300", "--jobs", "1",
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    row = pd.read_csv(out / "plan.csv").iloc[0]
+    assert row["met"] and not row["at_bracket_top"], row.to_dict()

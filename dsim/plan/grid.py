@@ -4,10 +4,10 @@ load a tier allows (docs/plan.md, The load bracket).
 
 Open loop the load is the offered rate in req/s. Its top is an upper bound on what the
 configuration can serve: every decode step at its best tokens per second (all of a round's
-drafts accepted, no prefill, no drafter, the shortest context) and every prefill step at its
-full token budget, whichever binds, times the replicas that do each. Closed loop the load is
-the client's concurrency C, from 1 to max_num_seqs x the decode replicas (more clients only
-queue)."""
+drafts accepted, no prefill, no drafter, the shortest context) and every prefill step full
+of mean prompts, each chunk at the shortest context it can have, whichever binds, times the
+replicas that do each. Closed loop the load is the client's concurrency C, from 1 to
+max_num_seqs x the decode replicas (more clients only queue)."""
 
 from __future__ import annotations
 
@@ -46,11 +46,13 @@ def _decode_rate(engine: EngineInputs) -> float:
 
 
 def _prefill_rate(engine: EngineInputs, mean_prompt: float) -> float:
-    """Prompt tokens per second of one replica prefilling full steps of the shortest context."""
+    """Prompt tokens per second of one replica prefilling full steps of mean prompts, each
+    chunk at the shortest context it can have: its own length (a chunk attends over itself;
+    a profile has no prefill row below that, so a lower context would be an extrapolation)."""
     cfg, latency = engine.config, engine.profile.latency
     tokens = cfg.token_budget or cfg.prefill_chunk
     seqs = max(1, round(tokens / mean_prompt))
-    return tokens / float(latency.prefill(tokens, seqs, 0.0))
+    return tokens / float(latency.prefill(tokens, seqs, tokens / seqs))
 
 
 def rate_bound(config: Config, engine: EngineInputs, traffic: Traffic) -> float:

@@ -61,16 +61,6 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def parse_number(text: str, name: str, *, integer: bool = False, **bounds: float) -> float:
-    """A number written in a spec string (`rate=4`), checked like `check_number`."""
-    try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise InputError(None, None, f"{name} must be {kind}, got {text!r}") from None
-    return check_number(value, name, integer=integer, **bounds)
-
-
 def check_sizes(sizes: tuple[int, ...], what: str) -> tuple[int, ...]:
     """`sizes` as positive integers in increasing order (InputError naming `what` otherwise)."""
     ok = bool(sizes) and all(

@@ -18,6 +18,7 @@ from dsim.engine.config import (
 )
 from dsim.errors import InputError
 from dsim.policies import parse_policy
+from dsim.policies.registry import plugin_ref
 
 BIASED = str(ROOT / "docs" / "examples" / "biased_policy.py")
 
@@ -104,6 +105,28 @@ def test_plugin_policy_by_module_path(monkeypatch):
     assert policy.lengths(conf, lambda b: np.array([np.nan, 1.0, 0.5, 0.45])[b], None).tolist() == [
         2
     ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "parts"),
+    [
+        ("plugins/x/my_policy.py:GreedyLen", ("plugins/x/my_policy.py", "GreedyLen")),
+        ("mypkg.policies:Tuned", ("mypkg.policies", "Tuned")),
+        ("C:/p/a.py:Tuned", ("C:/p/a.py", "Tuned")),  # the last colon splits
+        ("ar:Tuned", ("ar", "Tuned")),  # `ar` takes no argument: a module named ar
+        ("fixed:3", None),
+        ("fixed:Tuned", None),  # a kind that claims its colon is never a plug-in
+        ("threshold:Tuned", None),  # ... nor is it built to find out
+        ("dspark", None),
+        ("mod:", None),
+        (":Tuned", None),
+        ("mod:not-a-name", None),
+    ],
+)
+def test_a_plugin_spec_is_read_into_its_module_and_class(spec, parts):
+    ref = plugin_ref(spec)
+    assert (None if ref is None else (ref.target, ref.class_name)) == parts
+    assert ref is None or ref.spec == spec
 
 
 @pytest.fixture

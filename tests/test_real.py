@@ -159,7 +159,7 @@ def test_tokens_conserved_and_kv_trimmed(files, target, policy):
             for r in idx:
                 r = int(r)
                 if self.outputs[r][-1] != self.target.eos_id and len(self.outputs[r]) < CAP:
-                    seen.append(self.cache_length(r) - len(self.history(r)) + 1)
+                    seen.append(self.passes.store.lengths[r] - len(self.history(r)) + 1)
             return emitted, accepted, stop
 
     drafter = untrained_drafter(target)

@@ -44,9 +44,6 @@ EVAL = "data/engines/evaluation_rows.csv"
 FITTED = ("vllm-0.8", "sglang", "trtllm")
 MOE_FITTED = ("vllm-0.8", "sglang")  # the versions with DeepSeek rows (addendum 3, item 2)
 MTBENCH_CONTEXT = 1000  # the MT-Bench row's context (its lengths are not published)
-# The long-input rule's budgets: vLLM 0.8.4's API-server max_num_batched_tokens on H100/H200,
-# SGLang's chunked_prefill_size in the fitted runs' log.
-RULE_BUDGET = {"vLLM": 8192, "SGLang": 8192}
 SETUPS = {  # setup of a row: (zoo model, gpu, tp, weight dtype)
     "deepseek": ("deepseek-v3", "h200", 8, "fp8"),
     "nim": ("llama3.3-70b", "h100", 2, "fp8"),
@@ -79,13 +76,6 @@ def eval_rows() -> tuple[dict, ...]:
     path = Path(str(resources.files("dsim.hardware").joinpath(EVAL)))
     with path.open() as f:
         return tuple(csv.DictReader(f))
-
-
-def prefill_share(row: pd.Series) -> float:
-    """The long-input rule: share of token gaps that can follow a step carrying prefill."""
-    budget = RULE_BUDGET[row["engine"]]
-    steps = row["num_prompts"] * row["input_len"] / budget
-    return float(steps / (steps + row["output_len"]))
 
 
 def _mean_itl_s(row: pd.Series) -> float:

@@ -27,11 +27,6 @@ def parse_counts(text: str, option: str) -> dict[str, float]:
     return {name: spec_grammar.number(v, f"{option}: {name}") for name, v in pairs.items()}
 
 
-def _layers(text: str) -> tuple[int, ...]:
-    """`--layers 2,15,30`: target layer indices (an empty list keeps none)."""
-    return spec_grammar.ints(text, "--layers", minimum=0) if text.strip() else ()
-
-
 def register(app: typer.Typer) -> None:
     """Add prepare-data, train and collect to the dsim app."""
     app.command("prepare-data")(prepare_data_cmd)

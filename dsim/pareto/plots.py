@@ -17,7 +17,7 @@ from dsim.fileio import write_png  # noqa: E402
 from dsim.pareto.analysis import Analysis  # noqa: E402
 from dsim.pareto.config import BEST_FIXED, SweepConfig  # noqa: E402
 from dsim.pareto.frontier import X, Y, speed_at_throughput  # noqa: E402
-from dsim.policies.registry import BUILT_INS  # noqa: E402
+from dsim.policies.registry import BUILT_INS, plugin_ref  # noqa: E402
 
 
 def save_figure(fig: plt.Figure, path: Path) -> None:
@@ -45,8 +45,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per layout, in the con
 
 def display_name(spec: str) -> str:
     """A policy's legend name: the spec of a built-in, the class name of a plug-in."""
-    kind = spec.partition(":")[0]
-    return spec if kind in _BUILT_IN_KINDS or ":" not in spec else spec.rpartition(":")[2]
+    ref = plugin_ref(spec)
+    return ref.class_name if ref is not None else spec
 
 
 def policy_color(spec: str) -> tuple:

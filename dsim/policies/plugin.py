@@ -138,7 +138,27 @@ def _user_line(exc: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def _import(target: str, spec: str) -> ModuleType:
+@dataclass(frozen=True)
+class PluginRef:
+    """A plug-in spec read once: the module or FILE.py it imports and the class it builds."""
+
+    target: str
+    class_name: str
+
+    @staticmethod
+    def parse(spec: str) -> PluginRef | None:
+        """`TARGET:CLASS` split at its last colon; None unless both parts are there and CLASS is
+        a Python name (whether TARGET is a built-in's kind is the registry's question)."""
+        target, _, class_name = spec.rpartition(":")
+        return PluginRef(target, class_name) if target and class_name.isidentifier() else None
+
+    @property
+    def spec(self) -> str:
+        return f"{self.target}:{self.class_name}"
+
+
+def _import(ref: PluginRef) -> ModuleType:
+    target, spec = ref.target, ref.spec
     if not target.endswith(".py"):
         with guard(spec, f"cannot import {target!r}; the import"):
             return importlib.import_module(target)
@@ -160,24 +180,20 @@ def _import(target: str, spec: str) -> ModuleType:
     return _MODULES[key]
 
 
-def plugin_maker(spec: str, sla_tps: float | None = None) -> Callable[[], PlugIn]:
-    """Import `spec`'s module once; the maker builds a fresh checked instance per call."""
-    target, _, cls_name = spec.rpartition(":")
-    module = _import(target, spec)
-    cls = getattr(module, cls_name, None)
+def plugin_maker(ref: PluginRef, sla_tps: float | None = None) -> Callable[[], PlugIn]:
+    """Import `ref`'s module once; the maker builds a fresh checked instance per call."""
+    cls = getattr(_import(ref), ref.class_name, None)
     if cls is None:
-        raise InputError(None, None, f"policy {spec!r}: {target!r} has no {cls_name!r}")
-    return lambda: _build(cls, cls_name, spec, sla_tps)
+        raise InputError(
+            None, None, f"policy {ref.spec!r}: {ref.target!r} has no {ref.class_name!r}"
+        )
+    return lambda: _build(cls, ref, sla_tps)
 
 
-def load_plugin(spec: str, sla_tps: float | None = None) -> PlugIn:
-    """Import `spec`'s class, build it, and wrap it in the checking adapter."""
-    return plugin_maker(spec, sla_tps)()
-
-
-def _build(cls: type, cls_name: str, spec: str, sla_tps: float | None) -> PlugIn:
+def _build(cls: type, ref: PluginRef, sla_tps: float | None) -> PlugIn:
+    spec = ref.spec
     args = "" if sla_tps is None else f"sla_tps={sla_tps}"
-    with guard(spec, f"{cls_name}({args})"):
+    with guard(spec, f"{ref.class_name}({args})"):
         policy = cls() if sla_tps is None else cls(sla_tps=sla_tps)
     with guard(spec, "reading its lengths and drafts"):
         usable = callable(getattr(policy, "lengths", None)) and hasattr(policy, "drafts")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from dsim.errors import InputError
 from dsim.policies.builtin import DSpark, DSparkAsync, Fixed, Goodput, Oracle, Threshold
-from dsim.policies.plugin import plugin_maker
+from dsim.policies.plugin import PluginRef, plugin_maker
 from dsim.policies.protocol import Policy
 from dsim.policies.vllm_adaptive import parse as parse_vllm_adaptive
 from dsim.spec_grammar import name_arg, number
@@ -91,19 +91,26 @@ def policy_maker(spec: str, sla_tps: float | None = None) -> Callable[[], Policy
     entry = _BY_KIND.get(kind)
     if entry is not None and entry.build(spec, arg, sla_tps) is not None:
         return lambda: entry.build(spec, arg, sla_tps)
-    if plugin_source(spec) is not None:
-        return plugin_maker(spec, sla_tps)
+    ref = plugin_ref(spec)
+    if ref is not None:
+        return plugin_maker(ref, sla_tps)
     raise InputError(None, None, f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+def plugin_ref(spec: str) -> PluginRef | None:
+    """The plug-in `spec` names; None for a built-in (a claimed kind's `KIND:ANYTHING`
+    included) or no policy at all."""
+    kind, arg = name_arg(spec)
+    entry = _BY_KIND.get(kind)
+    if entry is not None and (entry.claims or entry.build(spec, arg, None) is not None):
+        return None
+    return PluginRef.parse(spec)
 
 
 def plugin_source(spec: str) -> str | None:
     """The module or FILE.py a plug-in spec imports; None for a built-in or no policy at all."""
-    kind, arg = name_arg(spec)
-    entry = _BY_KIND.get(kind)
-    if entry is not None and entry.build(spec, arg, None) is not None:
-        return None
-    target, _, cls = spec.rpartition(":")
-    return target if target and cls.isidentifier() and not (entry and entry.claims) else None
+    ref = plugin_ref(spec)
+    return ref.target if ref is not None else None
 
 
 def parse_policy(spec: str, sla_tps: float | None = None) -> Policy:

@@ -233,6 +233,3 @@ class RealBackend:
     def history(self, r: int) -> list[int]:
         """Request r's full token sequence so far (prompt + output)."""
         return self.prompts[r] + self.outputs[r]
-
-    def cache_length(self, r: int) -> int:
-        return self.passes.store.lengths[r]

@@ -188,7 +188,8 @@ def run_cmd(
         "acceptance",
         "iid:A | positions:Q1,.. (latent means; spreads 0 by default, served as given) | "
         "preset:DRAFTER:DOMAIN | vllm:SCRAPE (its curve served; see dsim acceptance show) | "
-        "mix:.. | FILE",
+        "tau:T@K (T tokens per verify round, bonus included, at K drafts: vLLM's mean "
+        "acceptance length, SGLang's accept length; geometric shape assumed) | mix:.. | FILE",
         SPECULATION,
     ),
     policy: str = POLICY,

@@ -1,10 +1,14 @@
 """The one reader of dsim's small spec formats: `k=v,k=v`, number lists, `P:D`, `START:END`,
 `NAME:ARG`, bracketed options and the formats built from them (draft and scheduling costs,
-acceptance and synthetic-trace specs).
+synthetic-trace specs, and every acceptance form: `iid:A`, `positions:Q1,..`,
+`preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE`, `tau:T@K`, `mix:SPEC=W,..` and their
+`[options]`).
 
 Every reader returns plain typed values and leaves building objects to the layer that owns
 them (the engine builds its cost models, `dsim.acceptance` its sources, `dsim.workload` its
-arrivals), so this module imports nothing of the simulator. One error contract: an
+arrivals), so this module imports nothing of the simulator. What a value means stays with its
+owner: the grammar reads a preset's three names, `dsim.acceptance.sources` knows which presets
+exist and which options an acceptance spec takes (and their ranges). One error contract: an
 `InputError` whose message starts with what was being read (`--window '5:x': END ...`,
 `trace spec 'synthetic:...': ...`) and says what was expected. Callers go through the module
 (`spec_grammar.window(...)`), so a test can count how often each field is read.
@@ -194,13 +198,13 @@ class AcceptancePart:
     """One parametric acceptance domain: `KIND:REST[options]`, with its mix weight."""
 
     spec: str  # as written, for error messages
-    kind: str  # iid | positions | preset | vllm
+    kind: str  # one of PARAMETRIC
     rest: str  # what follows `KIND:`, options removed
     options: str | None  # the bracket's text, or None without one
     weight: float = 1.0
 
 
-PARAMETRIC = ("iid", "positions", "preset", "vllm")
+PARAMETRIC = ("iid", "positions", "preset", "vllm", "tau")
 
 
 def acceptance(text: str) -> tuple[AcceptancePart, ...] | None:
@@ -225,6 +229,43 @@ def _part(text: str, weight: float) -> AcceptancePart:
     m = _OPTIONS_RE.match(text.strip())
     kind, rest = name_arg(m["body"])
     return AcceptancePart(text, kind, rest, m["opts"], weight)
+
+
+def preset(part: AcceptancePart) -> tuple[str, str, str | None]:
+    """`preset:DRAFTER:DOMAIN[:TARGET]` -> (DRAFTER, DOMAIN, TARGET or None)."""
+    names = part.rest.split(":")
+    if not 2 <= len(names) <= 3 or not all(names):
+        raise _fail(f"acceptance {part.spec!r}: expected preset:DRAFTER:DOMAIN[:TARGET]")
+    return names[0], names[1], (names[2] if len(names) == 3 else None)
+
+
+TAU_FORM = "tau:T@K (T tokens per verify round, bonus included, at K drafts a round)"
+
+
+@dataclass(frozen=True)
+class TauSpec:
+    """`tau:T@K`: a mean acceptance length T (1 + accepted drafts / rounds) at K drafts."""
+
+    tau: float
+    drafts: int
+
+
+def tau(part: AcceptancePart, max_drafts: int) -> TauSpec:
+    """`T@K`: K a whole number in 1..max_drafts, 1 < T <= K + 1."""
+    where = f"acceptance {part.spec!r}"
+    value, sep, drafts = part.rest.partition("@")
+    if not sep:
+        raise _fail(f"{where}: no @K; expected {TAU_FORM}")
+    k = int(number(drafts, f"{where}: K", integer=True, ge=1, le=max_drafts))
+    t = number(value, f"{where}: T")
+    if t <= 1:
+        problem = "T counts the bonus token, so T = 1 is no draft ever accepted"
+        raise _fail(f"{where}: T must exceed 1, got {value}: {problem}")
+    if t > k + 1:
+        raise _fail(
+            f"{where}: T must be at most K + 1 = {k + 1} (every draft accepted), got {value}"
+        )
+    return TauSpec(t, k)
 
 
 def synthetic(text: str, known: tuple[str, ...]) -> dict[str, str]:

@@ -150,6 +150,26 @@ def test_bad_options(rejected, option, value, expected):
     assert expected in rejected(option, value)
 
 
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("tau:1@4", "acceptance 'tau:1@4': T must exceed 1, got 1: T counts the bonus token"),
+        ("tau:0.9@4", "acceptance 'tau:0.9@4': T must exceed 1, got 0.9"),
+        ("tau:5.2@4", "acceptance 'tau:5.2@4': T must be at most K + 1 = 5"),
+        ("tau:2.8@0", "acceptance 'tau:2.8@0': K must be an integer >= 1 and <= 64, got 0"),
+        ("tau:two@4", "acceptance 'tau:two@4': T must be a number, got 'two'"),
+        ("tau:nan@4", "acceptance 'tau:nan@4': T must be a finite number, got nan"),
+        ("tau:2.8@four", "acceptance 'tau:2.8@four': K must be an integer, got 'four'"),
+        ("tau:2.8", "acceptance 'tau:2.8': no @K; expected tau:T@K"),
+        ("tau:2.8@4[spread=-1]", "acceptance 'tau:2.8@4[spread=-1]': spread must be"),
+        ("tau:2.8@3", "acceptance 'tau:2.8@3': its tau is stated at 3 drafts a round"),
+    ],
+)
+def test_bad_tau_spec(rejected, spec, expected):
+    """`--gamma 4`: each bad `tau:T@K` is one line naming the spec and what is wrong."""
+    assert expected in rejected("--acceptance", spec, "--gamma", "4")
+
+
 def test_request_larger_than_kv_cache(rejected, tmp_path):
     profile = write_flat_profile(tmp_path / "p.csv", 5.0)
     err = rejected(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from dsim import spec_grammar as g
@@ -129,3 +131,45 @@ def test_synthetic_reads_the_given_keys_and_refuses_unknown_ones():
     assert g.synthetic("synthetic:rate=2,n=5", ("rate", "cv", "n")) == {"rate": "2", "n": "5"}
     with pytest.raises(InputError, match=r"unknown key\(s\) \['zap'\]"):
         g.synthetic("synthetic:zap=1", ("rate",))
+
+
+@given(st.integers(1, 64), st.floats(0, 1, exclude_min=True))
+def test_tau_round_trip(drafts, share):
+    tau = 1 + share * drafts
+    assume(tau > 1)
+    (part,) = g.acceptance(f"tau:{tau!r}@{drafts}[spread=1]")
+    assert (part.kind, part.options) == ("tau", "spread=1")
+    assert g.tau(part, 64) == g.TauSpec(tau, drafts)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("tau:1@4", "T must exceed 1, got 1: T counts the bonus token"),
+        ("tau:0.5@4", "T must exceed 1, got 0.5"),
+        ("tau:5.01@4", r"T must be at most K \+ 1 = 5 \(every draft accepted\), got 5.01"),
+        ("tau:2@0", "K must be an integer >= 1 and <= 64, got 0"),
+        ("tau:2@65", "K must be an integer >= 1 and <= 64, got 65"),
+        ("tau:x@4", "T must be a number, got 'x'"),
+        ("tau:inf@4", "T must be a finite number, got inf"),
+        ("tau:2.8", r"no @K; expected tau:T@K \(T tokens per verify round, bonus included"),
+        ("tau:2.8@", "K must be an integer, got ''"),
+        ("tau:2.8@4@5", "K must be an integer, got '4@5'"),
+        ("tau:2.8@2.5", "K must be an integer, got '2.5'"),
+    ],
+)
+def test_tau_refuses_naming_the_spec_and_the_problem(text, problem):
+    (part,) = g.acceptance(text)
+    with pytest.raises(InputError, match=f"^acceptance '{re.escape(text)}': {problem}"):
+        g.tau(part, 64)
+
+
+def test_preset_reads_its_names_and_refuses_another_shape():
+    (part,) = g.acceptance("preset:dspark:chat[noise=1]")
+    assert g.preset(part) == ("dspark", "chat", None)
+    (part,) = g.acceptance("preset:eagle3:code:qwen3-4b")
+    assert g.preset(part) == ("eagle3", "code", "qwen3-4b")
+    for text in ("preset:dspark", "preset:dspark:", "preset::chat", "preset:a:b:c:d"):
+        (part,) = g.acceptance(text)
+        with pytest.raises(InputError, match=r"expected preset:DRAFTER:DOMAIN\[:TARGET\]$"):
+            g.preset(part)

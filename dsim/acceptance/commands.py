@@ -23,7 +23,9 @@ from dsim.force_option import FORCE
 METRICS = ("ECE", "AUC", "Brier")
 SPECS = (
     "iid:A, positions:Q1,.. (latent means; spreads 0 by default, served as given), "
-    "preset:D:DOM\\[overconf=X,noise=N], vllm:SCRAPE, mix:..."
+    "preset:D:DOM\\[overconf=X,noise=N], vllm:SCRAPE, tau:T@K (T tokens per verify round, "
+    "bonus included, at K drafts: vLLM's mean acceptance length, SGLang's accept length; "
+    "geometric shape assumed), mix:..."
 )
 
 acceptance_app = typer.Typer(
@@ -127,7 +129,8 @@ def show(
     gamma: Annotated[
         int | None,
         typer.Option(
-            help="Drafts per round (default: a scrape's positions, a trace's gamma, else 7).",
+            help="Drafts per round (default: a scrape's positions, a tau's K, a trace's gamma, "
+            "else 7).",
             show_default=False,
         ),
     ] = None,
@@ -156,7 +159,14 @@ def show(
 def _show_header(report: dict[str, Any]) -> list[str]:
     sim, read, model = report["simulated"], report["read"], report["model"]
     lines = [f"{report['spec']} at gamma {report['gamma']}"]
-    if read is not None:
+    if read is not None and read["kind"] == "tau":
+        lines += [
+            f"implied by the stated tau (tokens per verify round, bonus included: vLLM's mean "
+            f"acceptance length, SGLang's accept length) at {read['positions']} drafts a round",
+            f"shape (assumed): {read['shape']}; alpha = {read['alpha']:.4f}; cond = accepted / "
+            "reached, uncond = accepted / rounds",
+        ]
+    elif read is not None:
         lines.append(
             f"read from the {read['kind']}: {read['drafts']:,.0f} rounds with drafts, "
             f"{read['positions']} positions; cond = accepted / reached, uncond = accepted / rounds"
@@ -167,8 +177,9 @@ def _show_header(report: dict[str, Any]) -> list[str]:
                 "dsim never accepts a draft from there on"
             )
     if model is not None:
-        scrape = read is not None and read["kind"] == "scrape"
-        assumed = " (assumed: a scrape has no per-request figures)" if scrape else ""
+        kind = read["kind"] if read is not None else None
+        stated = {"scrape": "a scrape", "tau": "a stated tau"}.get(kind)
+        assumed = f" (assumed: {stated} has no per-request figures)" if stated else ""
         lines.append(
             f"model: spread {model['spread']:g}, spread_req {model['spread_req']:g}, "
             f"rho {model['rho']:g}, overconf {model['overconf']:g}, noise {model['noise']:g}"
@@ -182,6 +193,11 @@ def _show_header(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _label(read: dict[str, Any]) -> str:
+    """What the stated curve is called: a tau's is implied, the others' read."""
+    return "implied" if read["kind"] == "tau" else "read"
+
+
 def _cell(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
@@ -191,7 +207,7 @@ def _curve_table(report: dict[str, Any]) -> Table:
     table = Table(title="acceptance per draft position")
     columns = ["pos"]
     if read is not None:
-        columns += ["read cond", "read uncond"]
+        columns += [f"{_label(read)} cond", f"{_label(read)} uncond"]
     if model is not None and "latent" in model:
         columns.append("latent mean")
     columns += ["simulated cond", "se", "rounds"]
@@ -212,7 +228,7 @@ def _curve_table(report: dict[str, Any]) -> Table:
 def _tau_table(report: dict[str, Any]) -> Table:
     read, sim = report["read"], report["simulated"]
     table = Table(title="tau at each gamma")
-    for name in ("gamma", *(["read"] if read is not None else []), "simulated"):
+    for name in ("gamma", *([_label(read)] if read is not None else []), "simulated"):
         table.add_column(name, justify="right")
     for g in range(report["gamma"]):
         cells = [f"{read['tau'][g]:.3f}"] if read is not None else []

@@ -18,20 +18,23 @@ so acceptance comes in easy and hard stretches while its marginal distribution i
 With spreads > 0 the served conditional acceptance is not q (rounds that reach draft k select
 easier requests), so sources that name a served curve fit their latent q to it (`fit_latent`):
 presets offline (dsim.acceptance.presets, where shift[d] then moves tau to another target's
-figure), vLLM scrapes when read. Explicit position means are latent means as given, shift 0,
-spreads 0 by default (where latent and served curves agree).
+figure), vLLM scrapes and `tau:` figures when read (`serving_latent`). Explicit position
+means are latent means as given, shift 0, spreads 0 by default (where latent and served curves
+agree).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
 from dsim.acceptance.prefix import leading_accepted
+from dsim.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,31 @@ def fit_latent(
     if gap.max() > tol:
         raise ValueError(f"position {int(gap.argmax()) + 1} stays {gap.max():.3f} off")
     return latent
+
+
+FIT_REQUESTS = 4000  # x 32 rounds: expectation within ~0.003 of the curve (test_scrape_fit)
+
+
+@lru_cache(maxsize=64)
+def _serving(curve: tuple[float, ...], spread: float, spread_req: float) -> tuple[float, ...]:
+    latent = fit_latent(np.asarray(curve), spread, spread_req, n_req=FIT_REQUESTS)
+    return tuple(expit(latent).tolist())
+
+
+def serving_latent(
+    curve: tuple[float, ...], spread: float, spread_req: float, where: str | Path
+) -> tuple[float, ...]:
+    """Latent means (as probabilities) that serve the conditional `curve` at these spreads
+    (`fit_latent`, cached); an InputError naming `where` (the scrape, the spec) when none do."""
+    try:
+        return _serving(curve, spread, spread_req)
+    except ValueError as err:
+        raise InputError(
+            where,
+            None,
+            f"no latent means serve its curve at spread={spread:g}, "
+            f"spread_req={spread_req:g} ({err}): try smaller spreads",
+        ) from None
 
 
 @lru_cache(maxsize=256)

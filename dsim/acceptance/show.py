@@ -1,7 +1,8 @@
 """`dsim acceptance show`: what dsim reads from an acceptance spec and what it then serves.
 
-For a `vllm:` scrape (its counters) or an acceptance trace (its recorded rounds), the conditional
-and unconditional curves read and the tau they give at each gamma (1 + the first gamma prefix
+For a `vllm:` scrape (its counters), a `tau:T@K` figure (the curve it implies under an assumed
+shape, `dsim.acceptance.tau`) or an acceptance trace (its recorded rounds), the conditional and
+unconditional curves read and the tau they give at each gamma (1 + the first gamma prefix
 survivals); for every spec, the curve
 and tau a simulation serves at full verification (`dsim.acceptance.measure.served_curve`), so
 the two can be compared position by position, with each simulated figure's binomial standard
@@ -23,7 +24,8 @@ from dsim.acceptance.discrimination import discrimination
 from dsim.acceptance.measure import served_curve, served_rounds, summarize
 from dsim.acceptance.parametric import ParametricAcceptance
 from dsim.acceptance.presets import PRESET_GAMMA, SPREAD_EVIDENCE
-from dsim.acceptance.sources import parse_acceptance, scrape_read
+from dsim.acceptance.sources import parse_acceptance, stated_curve
+from dsim.acceptance.tau import SHAPE
 from dsim.acceptance.trace import conf_columns, read_acceptance_trace, trace_gamma
 from dsim.acceptance.vllm_metrics import Acceptance
 from dsim.checks import check_number
@@ -32,11 +34,11 @@ from dsim.run_spec import MAX_COUNTS
 
 
 def _recorded(spec: str) -> tuple[str, Acceptance] | None:
-    """The measured counts a spec holds, as vLLM counts them: a single scrape's, or the rounds
-    of an acceptance trace (each a draft of the trace's gamma); None for a model."""
+    """The counts a spec states, as vLLM counts them: a single scrape's, the curve a `tau:`
+    figure implies, or the rounds of an acceptance trace (each a draft of the trace's gamma);
+    None for a model."""
     if spec_grammar.acceptance(spec) is not None:
-        acc = scrape_read(spec)
-        return None if acc is None else ("scrape", acc)
+        return stated_curve(spec)
     if not Path(spec).is_file():
         return None  # parse_acceptance says what is wrong with it
     df, _ = read_acceptance_trace(spec)
@@ -54,8 +56,10 @@ def _read(kind: str, acc: Acceptance, gamma: int) -> dict[str, Any]:
     conditional = [
         float(c) if k < acc.reached else None for k, c in enumerate(acc.conditional[:gamma])
     ]
+    shape = {"shape": SHAPE, "alpha": float(acc.conditional[0])} if kind == "tau" else {}
     return {
         "kind": kind,
+        **shape,
         "drafts": acc.drafts,
         "positions": len(acc.per_position),
         "reached": acc.reached,
@@ -78,7 +82,7 @@ def _recorded_discrimination(spec: str, gamma: int) -> list[dict[str, Any]] | No
 def _evidence(spec: str) -> str:
     """Where a parametric spec's spreads and noise come from."""
     parts = spec_grammar.acceptance(spec) or []
-    if not any(p.kind in ("preset", "vllm") for p in parts):
+    if not any(p.kind in ("preset", "vllm", "tau") for p in parts):
         return "as the spec gives them (unset: 0)"
     given = any(p.options for p in parts)
     return f"as the spec gives them where set, else {SPREAD_EVIDENCE}" if given else SPREAD_EVIDENCE

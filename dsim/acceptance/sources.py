@@ -2,7 +2,9 @@
 
 `iid:A`, `positions:Q1,Q2,...` (latent means, spreads 0 by default),
 `preset:DRAFTER:DOMAIN[:TARGET]`, `vllm:SCRAPE` (a vLLM metrics scrape, its latent means
-fitted to serve its curve), `mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file.
+fitted to serve its curve), `tau:T@K` (a stated mean acceptance length, `dsim.acceptance.tau`),
+`mix:SPEC=W,SPEC=W`, or the path of an acceptance-trace file. `dsim.spec_grammar` reads each
+form; this module checks what the values name and builds the source.
 Parametric specs take options in brackets, e.g.
 `preset:dspark:chat:qwen3-4b[overconf=2,spread=1.2,spread_req=0.5,rho=0.8,noise=1]`
 (docs/presets.md); `vllm:` also takes the strings `model=NAME` and `since=BEFORE_SCRAPE`.
@@ -28,8 +30,10 @@ from dsim.acceptance.presets import (
     TABLE1,
     TARGETS,
 )
+from dsim.acceptance.tau import implied, tau_domain
 from dsim.acceptance.vllm_metrics import Acceptance, read_vllm_acceptance, vllm_domain
 from dsim.errors import InputError
+from dsim.run_spec import MAX_COUNTS
 from dsim.spec_grammar import AcceptancePart
 
 
@@ -92,31 +96,36 @@ def _domain(part: AcceptancePart, gamma: int) -> tuple[DomainModel, dict[str, fl
         q = spec_grammar.probabilities(rest, f"acceptance {spec!r}")
         return DomainModel(body, q), {"spread": 0.0, "spread_req": 0.0, **opts}
     if kind == "preset":
-        drafter, _, rest = rest.partition(":")
-        domain, _, target = rest.partition(":")
+        drafter, domain, target = spec_grammar.preset(part)
         if (drafter, domain) not in FITTED or (target or DEFAULT_TARGET) not in TARGETS:
             raise _bad(
                 spec, f"unknown preset; drafters {DRAFTERS}, domains {DOMAINS}, targets {TARGETS}"
             )
         return _preset(drafter, domain, target or DEFAULT_TARGET, opts)
-    if kind != "vllm":
+    if kind not in ("vllm", "tau"):
         raise _bad(
             spec,
-            "expected iid:A, positions:Q1,..., preset:DRAFTER:DOMAIN, vllm:SCRAPE, mix:... or a "
-            "file",
+            "expected iid:A, positions:Q1,..., preset:DRAFTER:DOMAIN, vllm:SCRAPE, tau:T@K, "
+            "mix:... or a file",
         )
     o = {"spread": FIT_SPREAD, "spread_req": FIT_SPREAD_REQ, **opts}
+    if kind == "tau":
+        stated = spec_grammar.tau(part, MAX_COUNTS["gamma"])
+        return tau_domain(stated, spec, gamma, o["spread"], o["spread_req"]), o
     model, since = strings.get("model"), strings.get("since")
     return vllm_domain(rest, gamma, o["spread"], o["spread_req"], model, since), o
 
 
-def scrape_read(spec: str) -> Acceptance | None:
-    """The counts a spec's scrape holds when the spec is one `vllm:` entry, else None."""
+def stated_curve(spec: str) -> tuple[str, Acceptance] | None:
+    """The curve a one-entry spec states, as vLLM counts it: a `vllm:` scrape's counts
+    ("scrape"), or the curve a `tau:` figure implies, per round ("tau"); else None."""
     parts = spec_grammar.acceptance(spec)
-    if parts is None or len(parts) != 1 or parts[0].kind != "vllm":
+    if parts is None or len(parts) != 1 or parts[0].kind not in ("vllm", "tau"):
         return None
+    if parts[0].kind == "tau":
+        return "tau", implied(spec_grammar.tau(parts[0], MAX_COUNTS["gamma"]))
     strings = _options(parts[0])[1]
-    return read_vllm_acceptance(parts[0].rest, strings.get("model"), strings.get("since"))
+    return "scrape", read_vllm_acceptance(parts[0].rest, strings.get("model"), strings.get("since"))
 
 
 def _preset(

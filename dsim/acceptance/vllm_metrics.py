@@ -19,13 +19,11 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.special import expit
 
-from dsim.acceptance.parametric import DomainModel, fit_latent
+from dsim.acceptance.parametric import DomainModel, serving_latent
 from dsim.errors import InputError, Notice
 from dsim.inputs import input_file
 
@@ -267,16 +265,6 @@ def read_vllm_acceptance(
     return Acceptance(drafts, totals[DRAFT_TOKENS], totals[ACCEPTED], counts)
 
 
-FIT_REQUESTS = 4000  # x 32 rounds: expectation within ~0.003 of the curve (test_scrape_fit)
-
-
-@lru_cache(maxsize=64)
-def _fitted(curve: tuple[float, ...], spread: float, spread_req: float) -> tuple[float, ...]:
-    """Latent means (as probabilities) that serve `curve` at these spreads."""
-    latent = fit_latent(np.asarray(curve), spread, spread_req, n_req=FIT_REQUESTS)
-    return tuple(expit(latent).tolist())
-
-
 def vllm_domain(
     path: str | Path,
     gamma: int,
@@ -301,13 +289,5 @@ def vllm_domain(
             stacklevel=2,
         )
     curve = tuple(acc.conditional[:reached].tolist())
-    try:
-        latent = _fitted(curve, spread, spread_req)
-    except ValueError as err:
-        raise InputError(
-            path,
-            None,
-            f"no latent means serve its curve at spread={spread:g}, "
-            f"spread_req={spread_req:g} ({err}): try smaller spreads",
-        ) from None
+    latent = serving_latent(curve, spread, spread_req, path)
     return DomainModel(model or "vllm", latent + (0.0,) * (n - reached))

@@ -57,7 +57,7 @@ def drafter(acceptance: str) -> str | None:
     """The drafter a `preset:DRAFTER:DOMAIN` acceptance names (None for any other spec)."""
     parts = spec_grammar.acceptance(acceptance)
     if parts and len(parts) == 1 and parts[0].kind == "preset":
-        return parts[0].rest.partition(":")[0]
+        return spec_grammar.preset(parts[0])[0]
     return None
 
 

@@ -305,3 +305,22 @@ def test_long_prompts_bracket_what_the_configuration_serves(monkeypatch, capsys,
     assert code == 0, err
     row = pd.read_csv(out / "plan.csv").iloc[0]
     assert row["met"] and not row["at_bracket_top"], row.to_dict()
+
+
+def test_a_rate_beyond_the_budget_names_the_fewest_gpus_that_serve_it(
+    monkeypatch, capsys, tmp_path
+):
+    """Met, but not within the budget: the report names the configuration needing the fewest
+    GPUs for the rate and how many, not a miss at its lowest load."""
+    out = tmp_path / "p"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1", "--model", "qwen3-8b",
+        "--rate", "100000", "--tier", "loose:ttft_p99_s=100", *SMALL,
+    )  # fmt: skip
+    assert code == 0, err
+    plan = pd.read_csv(out / "plan.csv")
+    report = (out / "report.md").read_text()
+    fewest = plan.iloc[0]
+    assert plan["met"].all() and not plan["within_budget"].any()
+    assert "for 100000 req/s within 1 GPUs.** Fewest: `" in report
+    assert f"takes {fewest['copies_for_target']} copies, {fewest['gpus_for_target']} GPUs" in report

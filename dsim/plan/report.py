@@ -78,12 +78,14 @@ def _tier(rows: pd.DataFrame, tier: Tier, configs: dict, about: About) -> list[s
     out = [f"## Tier {tier.name}: {tier.bounds}", ""]
     best = answer.winner(rows, about.target_rate)
     if best is None:
+        if rows["met"].any():  # met, but the target rate takes more GPUs than the budget
+            near = rows.iloc[0]  # ranked by GPUs for the target
+            out += [f"**Not met: no configuration meets it for {about.target_rate:g} req/s "
+                    f"within {about.budget} GPUs.** Fewest: {_describe(near, about)}.", ""]
+            return out + _ranked(rows, about)  # fmt: skip
         near = answer.closest(rows)
-        why = "no configuration meets it" if not rows["met"].any() else (
-            f"no configuration meets it for {about.target_rate:g} req/s within "
-            f"{about.budget} GPUs")  # fmt: skip
-        out += [f"**Not met: {why}.** Closest: `{near['config']}`, which at its lowest load "
-                f"run misses {near['misses_at_lowest_load']}.", ""]  # fmt: skip
+        out += [f"**Not met: no configuration meets it.** Closest: `{near['config']}`, which at "
+                f"its lowest load run misses {near['misses_at_lowest_load']}.", ""]  # fmt: skip
         return out + _ranked(rows, about)
     out += [f"**Best:** {_describe(best, about)}.", ""]
     engine = best["engine"]

@@ -80,8 +80,11 @@ def _tier(rows: pd.DataFrame, tier: Tier, configs: dict, about: About) -> list[s
     if best is None:
         if rows["met"].any():  # met, but the target rate takes more GPUs than the budget
             near = rows.iloc[0]  # ranked by GPUs for the target
-            out += [f"**Not met: no configuration meets it for {about.target_rate:g} req/s "
-                    f"within {about.budget} GPUs.** Fewest: {_describe(near, about)}.", ""]
+            out += [
+                f"**Not met: no configuration meets it for {about.target_rate:g} req/s "
+                f"within {about.budget} GPUs.** Fewest: {_describe(near, about)}.",
+                "",
+            ]
             return out + _ranked(rows, about)  # fmt: skip
         near = answer.closest(rows)
         out += [f"**Not met: no configuration meets it.** Closest: `{near['config']}`, which at "

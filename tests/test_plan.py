@@ -110,6 +110,20 @@ def test_launch_commands_name_the_engine_s_speculative_settings():
     assert launch.launch(_config("trtllm", "fixed:3", 3), "preset:eagle3:chat", None) is None
 
 
+def test_mtp1_launches_the_model_s_own_head_only_without_another_drafter():
+    """`mtp1` is one draft a round: the model's MTP head when no drafter (or `mtp`) is named,
+    the named EAGLE-3 drafter at one token otherwise (Llama has no MTP head to launch)."""
+    own = launch.launch(_config("vllm", "mtp1", 1), "iid:0.7", None).commands[0]
+    assert '{"method": "mtp", "num_speculative_tokens": 1}' in own
+    eagle = launch.launch(_config("vllm", "mtp1", 1), "preset:eagle3:chat", "/w/e3")
+    assert (
+        '{"method": "eagle3", "model": "/w/e3", "num_speculative_tokens": 1}' in (eagle.commands[0])
+    )
+    sglang = launch.launch(_config("sglang", "mtp1", 1), "preset:eagle3:chat", None)
+    assert "--speculative-algorithm EAGLE3" in sglang.commands[0]
+    assert any("--draft-model-path" in n for n in sglang.notes)
+
+
 def test_the_launch_names_the_drafter_its_profile_was_priced_for():
     """A configuration whose drafter profile is an EAGLE-1 estimate launches EAGLE-1, whatever
     drafter the acceptance preset is named for."""

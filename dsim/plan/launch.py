@@ -61,13 +61,19 @@ def drafter(acceptance: str) -> str | None:
     return None
 
 
+def own_head(c: Config, draft: str | None) -> bool:
+    """Whether `c` drafts with the model's own MTP head: `mtp1` with no drafter named or an
+    `mtp` one (with an EAGLE or other drafter, `mtp1` is that drafter at one token a round)."""
+    return c.policy == "mtp1" and draft in (None, "mtp")
+
+
 def _vllm(c: Config, model: str, draft: str | None, path: str) -> list[str]:
     words = [f"vllm serve {model}", f"--tensor-parallel-size {c.target.tp}",
              f"--max-num-seqs {c.max_seqs}"]  # fmt: skip
     if c.token_budget is not None:
         words.append(f"--max-num-batched-tokens {c.token_budget}")
     if c.policy != "ar":
-        method = "mtp" if c.policy == "mtp1" else VLLM_METHODS.get(draft or "", "draft_model")
+        method = "mtp" if own_head(c, draft) else VLLM_METHODS.get(draft or "", "draft_model")
         spec = {"method": method}
         if method != "mtp":
             spec["model"] = path
@@ -87,7 +93,7 @@ def _sglang(c: Config, model: str, draft: str | None, path: str) -> list[str]:
     if c.token_budget is not None:
         words.append(f"--chunked-prefill-size {c.token_budget}")
     if c.policy != "ar":
-        algo = "NEXTN" if c.policy == "mtp1" else SGLANG_ALGORITHMS.get(draft or "", "STANDALONE")
+        algo = "NEXTN" if own_head(c, draft) else SGLANG_ALGORITHMS.get(draft or "", "STANDALONE")
         words.append(f"--speculative-algorithm {algo}")
         if algo != "NEXTN":
             words.append(f"--speculative-draft-model-path {path}")
@@ -117,7 +123,7 @@ def launch(c: Config, acceptance: str, draft_path: str | None) -> Launch | None:
                      "joined by the engine's disaggregation router")  # fmt: skip
     elif d > 1:
         notes.append(f"{d} instances behind a load balancer, each {c.target.tp} GPUs")
-    speculative = c.policy not in ("ar", "mtp1")
+    speculative = c.policy != "ar" and not own_head(c, draft)
     if speculative and draft_path is None:
         notes.append(f"{DRAFT_PATH}: the {draft or 'draft'} model's weights (--draft-model-path)")
     if speculative and draft not in VLLM_METHODS:

@@ -279,9 +279,11 @@ def bursty(workload: Workload) -> list[str]:
 
 
 def trace_name(trace: str) -> str:
-    """What the trace is, for a title: a synthetic trace is not the file it takes lengths from."""
+    """What the trace is, for a title: a synthetic trace is not the file it takes lengths from
+    (named as their source: a closed loop over a user's file is that file's requests)."""
     if trace.startswith("synthetic"):
-        return "a synthetic trace"
+        lengths = spec_grammar.key_values(spec_grammar.name_arg(trace)[1], "trace").get("lengths")
+        return f"the lengths of {trace_name(lengths)}" if lengths else "a synthetic trace"
     return Path(spec_grammar.trace_file(trace)[0]).name
 
 

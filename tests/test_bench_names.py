@@ -95,6 +95,19 @@ def test_run_with_benchmark_names(monkeypatch, capsys, tmp_path):
     assert summary["tpot_mean_s"] > 0 and summary["e2el_p99_s"] >= summary["e2el_p50_s"]
 
 
+def test_a_closed_loop_over_a_file_is_titled_by_the_file(monkeypatch, capsys, tmp_path):
+    """`--max-concurrency` turns a file into a synthetic spec taking the file's lengths; the
+    table's title names the file, not 'a synthetic trace'."""
+    trace = tmp_path / "mine.csv"
+    trace.write_text("t_ms,p,o\n" + "".join(f"{i * 100},{50 + i},{5 + i % 3}\n" for i in range(20)))
+    code, stdout, _ = run_cli(
+        monkeypatch, capsys, "run", "--profile", PROFILE, "--no-progress", "--out",
+        str(tmp_path / "o"), "--trace", f"{trace}[timestamp=t_ms:ms,prompt=p,output=o]",
+        "--max-concurrency", "4",
+    )  # fmt: skip
+    assert code == 0 and "on the lengths of mine.csv" in stdout
+
+
 def test_run_table_takes_benchmark_keys(tmp_path):
     path = tmp_path / "sweep.toml"
     path.write_text(

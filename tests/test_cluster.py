@@ -14,10 +14,13 @@ import pytest
 from conftest import ROOT, write_flat_profile, write_trace
 from test_bad_input import rejected  # noqa: F401  (the bad-input contract fixture)
 
+from dsim.cluster.disagg import kv_bytes_per_token
 from dsim.cluster.router import KvAware, LeastLoaded, RoundRobin
 from dsim.cluster.topology import replica_rng
 from dsim.engine.clock import delay_to
 from dsim.errors import InputError
+from dsim.hardware import zoo
+from dsim.hardware.arch import kv_bytes_per_token as arch_kv_bytes
 from dsim.pareto.config import load_config
 from dsim.pareto.sweep import make_points, run_sweep
 from dsim.run import RunSpec, simulate
@@ -119,6 +122,24 @@ def test_kv_bytes_per_token_comes_from_the_profile_sidecar(sim, tmp_path):
     wait = (slow.requests["finish_s"] - fast.requests["finish_s"]).iloc[0]
     per_token = 2 * 36 * 8 * 128 * 2
     assert wait == pytest.approx(1000 * per_token * 8 * (1 / 1e9 - 1 / 1e15), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "elem_bytes"),
+    [("bfloat16", 2), ("bf16", 2), ("float16", 2), ("float32", 4), ("fp8", 1), ("float8", 1)],
+)
+def test_a_sidecars_model_config_is_sized_by_the_estimates_kv_rule(dtype, elem_bytes):
+    """The fallback from a sidecar's model_config is the estimate's rule at one GPU, in the
+    sidecar's dtype under any of its spellings."""
+    config = {"num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128}
+    size = kv_bytes_per_token("p.csv", {"dtype": dtype, "model_config": config}, None)
+    assert size == arch_kv_bytes(zoo.load_arch("qwen3-8b"), 1, elem_bytes) == 36 * 2048 * elem_bytes
+
+
+def test_a_sidecar_dtype_that_names_no_format_gives_no_kv_size():
+    config = {"num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128}
+    with pytest.raises(InputError, match="give --kv-bytes-per-token"):
+        kv_bytes_per_token("p.csv", {"dtype": "auto", "model_config": config}, None)
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,18 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
+from dsim.errors import InputError
 from dsim.hardware import gpu_fit, zoo
 from dsim.hardware.arch import (
+    Arch,
     Parallel,
+    check_parallel,
     expected_experts,
+    kv_bytes_per_token,
     kv_bytes_per_token_layer,
     layer_linears,
 )
+from dsim.hardware.dtypes import ESTIMATE_KV, ESTIMATE_WEIGHTS, MEASURED, SERVING
 from dsim.hardware.gpu_model import GPUS, AllReduce, KernelFit, linear_time, soft_max, step_parts
 from dsim.hardware.roofline import roofline_profile, weight_bytes_per_gpu
 
@@ -77,6 +82,71 @@ def test_mla_latent_cache_is_per_token_and_replicated():
     arch = zoo.load_arch("deepseek-v3")
     assert arch.mla and arch.kv_elems_per_token_layer() == 512 + 64
     assert kv_bytes_per_token_layer(arch, 1) == kv_bytes_per_token_layer(arch, 8) == 576 * 2
+
+
+def test_kv_bytes_per_token_counts_the_layers_whose_cache_grows():
+    """Over every layer of a dense model; a sliding-window layer keeps `window` tokens at most,
+    so it adds nothing per context token (gpt-oss: every other layer)."""
+    dense = zoo.load_arch("qwen3-8b")
+    assert kv_bytes_per_token(dense) == 36 * 2 * 8 * 128 * 2
+    assert kv_bytes_per_token(dense, 2, 1) == 36 * 2 * 4 * 128 * 1
+    windowed = zoo.load_arch("gpt-oss-120b")
+    assert 0 < windowed.kv_layers < windowed.layers
+    per_layer = kv_bytes_per_token_layer(windowed, 1)
+    assert kv_bytes_per_token(windowed) == windowed.kv_layers * per_layer
+    # a sidecar's model_config is sized by the same rule
+    shape = Arch.kv_cache("sidecar", 36, 8, 128)
+    assert kv_bytes_per_token(shape, 1, 4) == 2 * kv_bytes_per_token(dense)
+
+
+@pytest.mark.parametrize(
+    ("vocabulary", "typed", "parsed"),
+    [
+        (ESTIMATE_WEIGHTS, "bf16", "bf16"),
+        (ESTIMATE_WEIGHTS, "BFloat16", "bf16"),
+        (ESTIMATE_WEIGHTS, "auto", "bf16"),
+        (ESTIMATE_WEIGHTS, "FP4", "fp4"),
+        (ESTIMATE_KV, "float8", "fp8"),
+        (MEASURED, "auto", "auto"),
+        (MEASURED, "bf16", "bf16"),
+        (MEASURED, "float32", "fp32"),
+        (SERVING, "float16", "fp16"),
+    ],
+)
+def test_a_dtype_parses_once_to_its_canonical_name(vocabulary, typed, parsed):
+    assert vocabulary.parse(typed) == parsed
+
+
+@pytest.mark.parametrize(
+    ("vocabulary", "typed", "message"),
+    [
+        (ESTIMATE_WEIGHTS, "int4", "--dtype with --roofline must be auto, bf16, fp8 or fp4"),
+        (ESTIMATE_KV, "fp4", "--kv-dtype must be bf16 or fp8, got 'fp4'"),
+        (ESTIMATE_KV, "auto", "--kv-dtype must be bf16 or fp8, got 'auto'"),
+        (MEASURED, "fp8", "--dtype must be auto, float32, float16 or bfloat16, got 'fp8'"),
+        (SERVING, "auto", "--dtype must be float32, float16 or bfloat16, got 'auto'"),
+        (SERVING, None, "--dtype must be float32, float16 or bfloat16, got None"),
+    ],
+)
+def test_a_bad_dtype_is_one_line_naming_the_flag_and_the_accepted_spellings(
+    vocabulary, typed, message
+):
+    with pytest.raises(InputError) as caught:
+        vocabulary.parse(typed)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("par", "message"),
+    [
+        (Parallel(dtype="int4"), "--dtype with --roofline must be auto, bf16, fp8 or fp4"),
+        (Parallel(dtype="bfloat16"), "got 'bfloat16'"),  # a Parallel holds parsed names
+        (Parallel(kv_dtype="auto"), "--kv-dtype must be bf16 or fp8, got 'auto'"),
+    ],
+)
+def test_a_parallel_with_an_unparsed_dtype_is_refused(par, message):
+    with pytest.raises(InputError, match=message):
+        check_parallel(zoo.load_arch("qwen3-8b"), par)
 
 
 def test_weights_per_gpu_under_tp_ep_and_fp8():
@@ -233,7 +303,8 @@ def test_cli_writes_deterministic_estimate(monkeypatch, capsys, tmp_path):
         (["--tp", "0"], "--tp must be a positive integer"),
         (["--tp", "3"], "--tp 3 does not divide qwen3-8b's 32 attention heads"),
         (["--ep", "2"], "--ep 2 needs an MoE model"),
-        (["--dtype", "int4"], "--dtype with --roofline must be bf16, fp8 or fp4"),
+        (["--dtype", "int4"], "--dtype with --roofline must be auto, bf16, fp8 or fp4, got 'int4'"),
+        (["--dtype", "BFloat16", "--kv-dtype", "fp4"], "--kv-dtype must be"),
         (["--dtype", "fp4"], "GPU h200 has no fp4 tensor cores"),
         (["--batch-tokens", "8"], "No such option: --batch-tokens"),
         (

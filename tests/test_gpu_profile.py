@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -17,12 +18,14 @@ from conftest import ROOT
 from dsim.errors import InputError
 from dsim.hardware import estimate_check, zoo
 from dsim.hardware.latency import LatencyModel, read_profile
+from dsim.hardware.measure import latency_percentiles
 from dsim.models.gpu_profile import (
     COLUMNS,
     Decoder,
     Shape,
     VerifyGrid,
     VerifyStep,
+    _percentile,
     causal_mask,
     gqa_attention,
     measure,
@@ -155,6 +158,16 @@ def test_cpu_replay_is_the_step_function_called_eagerly():
     assert len(calls) == 3
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 11, 37])
+def test_the_device_percentile_is_the_other_profiles_method(n):
+    """By hand (the GPU machine has no numpy), the same linear method as every other profile's
+    `latency_percentiles`, to rounding."""
+    ms = [float(x) for x in np.random.default_rng(n).lognormal(0.0, 1.0, n)]
+    p10, p50, p90 = latency_percentiles(np.array(ms) / 1e3)
+    mine = (_percentile(ms, 0.1), _percentile(ms, 0.5), _percentile(ms, 0.9))
+    assert mine == pytest.approx((p10, p50, p90), rel=1e-12)
+
+
 def test_timings_table_has_one_row_per_point_and_ordered_percentiles():
     model = Decoder(Shape.from_fields(TINY), torch.device("cpu"), torch.float32)
     grid = VerifyGrid(seqs=(1, 3), tokens=(1, 2, 4), contexts=(0, 5))
@@ -188,7 +201,7 @@ def test_profile_is_a_dsim_profile_with_its_sidecar(tmp_path):
 def test_bad_config_and_dtype_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="model_type must be llama or qwen3"):
         Shape.from_fields({**TINY, "model_type": "qwen3_moe"})
-    with pytest.raises(InputError, match="--dtype must be one of"):
+    with pytest.raises(InputError, match="--dtype must be float32, float16 or bfloat16, got"):
         profile_serving(
             TINY, "tiny", VerifyGrid((1,), (1,), (1,)), tmp_path / "x.csv", dtype="int8"
         )

@@ -9,8 +9,9 @@ import pytest
 from conftest import run_cli
 
 from dsim.hardware import gpu_fit, zoo
-from dsim.hardware.arch import MXFP4_BYTES, Parallel, kv_bytes_per_token_layer
+from dsim.hardware.arch import Parallel, kv_bytes_per_token_layer
 from dsim.hardware.collectives import CustomAllReduce, fit_physics
+from dsim.hardware.dtypes import MXFP4_BYTES
 from dsim.hardware.gpu_model import (
     BRACKET_MEASURED,
     GPUS,

@@ -23,8 +23,10 @@ from dsim.hardware.measure import (
     cpu_timer,
     drafter_standin,
     filled_cache,
+    latency_percentiles,
     measure_profile,
     profile_model,
+    resolve_dtype,
     time_point,
 )
 from dsim.hardware.show import curves, knee
@@ -65,9 +67,24 @@ def test_zoo_parameter_counts_match_published(name, params):
     assert zoo.param_count(zoo.load_config(name)) == pytest.approx(params, rel=0.005)
 
 
-def test_kv_bytes_per_token_qwen3_8b():
-    # 2 (K, V) * 36 layers * 8 KV heads * 128 dims * 2 bytes
-    assert zoo.kv_bytes_per_token(zoo.load_config("qwen3-8b")) == 147456
+def test_latency_percentiles_are_linear_between_order_statistics():
+    """Five steps of 4, 1, 3, 2, 5 ms: p10 sits 0.4 of the way from the 1st to the 2nd."""
+    p10, p50, p90 = latency_percentiles(np.array([4.0, 1.0, 3.0, 2.0, 5.0]) / 1e3)
+    assert (p10, p50, p90) == pytest.approx((1.4, 3.0, 4.6), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("typed", "device", "expected"),
+    [
+        ("auto", "cpu", torch.float32),
+        ("auto", "cuda", torch.bfloat16),
+        ("bf16", "cpu", torch.bfloat16),
+        ("Float16", "cpu", torch.float16),
+        ("float32", "cuda", torch.float32),
+    ],
+)
+def test_a_measured_dtype_is_torchs(typed, device, expected):
+    assert resolve_dtype(typed, torch.device(device)) is expected
 
 
 def test_the_cli_loads_without_transformers():

@@ -21,8 +21,8 @@ from dsim.cluster.router import Router
 from dsim.engine.clock import delay_to
 from dsim.engine.replica import Replica
 from dsim.errors import InputError
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8": 1}
+from dsim.hardware import arch
+from dsim.hardware.dtypes import element_bytes
 
 
 def check_positive(name: str, value: float) -> float:
@@ -40,9 +40,10 @@ KV_FIELDS = {"num_hidden_layers": 4096, "num_key_value_heads": 4096, "head_dim":
 def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: float | None) -> float:
     """KV-cache bytes per token that one GPU of the replica holds (and sends over its own link,
     the GPUs of a tensor-parallel replica moving their shards side by side): `given`, else the
-    profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else 2 (K and V) x
-    layers x KV heads x head dim x dtype bytes from its `model_config`. A sidecar field that is
-    not a number in range is blamed on the sidecar file, by name."""
+    profile sidecar's `kv_bytes_per_token_per_gpu` or `kv_bytes_per_token`, else the estimate's
+    rule (`arch.kv_bytes_per_token`: K and V x layers x KV heads x head dim x the bytes of the
+    sidecar's `dtype`) on its `model_config`. A sidecar field that is not a number in range is
+    blamed on the sidecar file, by name."""
     if given is not None:
         return _kv_size("--kv-bytes-per-token", given, None)
     side = Path(profile).with_suffix(".json")
@@ -50,9 +51,12 @@ def kv_bytes_per_token(profile: str | Path, sidecar: dict[str, Any], given: floa
         if key in sidecar:
             return _kv_size(key, sidecar[key], side)
     cfg = sidecar.get("model_config", {})  # an object: `profile_metadata` checks it
-    if all(k in cfg for k in KV_FIELDS) and sidecar.get("dtype") in DTYPE_BYTES:
+    elem_bytes = element_bytes(sidecar.get("dtype"))
+    if all(k in cfg for k in KV_FIELDS) and elem_bytes is not None:
         layers, heads, dim = (_whole(side, k, cfg[k], top) for k, top in KV_FIELDS.items())
-        size = 2.0 * layers * heads * dim * DTYPE_BYTES[sidecar["dtype"]]
+        size = arch.kv_bytes_per_token(
+            arch.Arch.kv_cache(str(side), layers, heads, dim), 1, elem_bytes
+        )
         return _kv_size("model_config: the KV bytes per token it gives", size, side)
     raise InputError(
         profile,

@@ -13,15 +13,11 @@ from typing import Any
 import numpy as np
 
 from dsim.errors import InputError
+from dsim.hardware.dtypes import BYTES, ESTIMATE_KV, ESTIMATE_WEIGHTS
 
-ACT_BYTES = 2  # activations stay in bf16, also with 8-bit weights (the KV cache: --kv-dtype)
+# activations stay in bf16, also with 8-bit weights (the KV cache: --kv-dtype)
+ACT_BYTES = BYTES["bf16"]
 DRAFT_VOCAB = 32_000  # EAGLE-3's released draft vocabulary (and dsim's drafter family's cap)
-# fp4 weights as MXFP4 (OCP Microscaling, gpt-oss's checkpoint format): 4-bit elements plus one
-# 8-bit E8M0 scale per 32-element block, 4.25 bits a weight (NVFP4's 16-element blocks with an
-# FP8 scale would be 4.5 bits).
-MXFP4_BYTES = 0.5 + 1 / 32
-WEIGHT_BYTES: dict[str, float] = {"bf16": 2, "fp8": 1, "fp4": MXFP4_BYTES}
-KV_BYTES = {"bf16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,12 @@ class Arch:
     v_head_dim: int = 0
     window: int = 0  # sliding-window span in tokens (0: every layer attends to all context)
     window_layers: int = 0  # layers attending within `window` (gpt-oss: every other layer)
+
+    @classmethod
+    def kv_cache(cls, name: str, layers: int, kv_heads: int, head_dim: int) -> Arch:
+        """A dense decoder known by its KV cache's shape alone (a profile sidecar's
+        model_config): the fields `kv_bytes_per_token` reads, the others 0."""
+        return cls(name, layers, 0, kv_heads, kv_heads, head_dim, 0, 0)
 
     @property
     def moe(self) -> bool:
@@ -128,19 +130,18 @@ class Parallel:
 
     @property
     def weight_bytes(self) -> float:
-        return WEIGHT_BYTES[self.dtype]
+        return BYTES[self.dtype]
 
     @property
-    def kv_bytes(self) -> int:
-        return KV_BYTES[self.kv_dtype]
+    def kv_bytes(self) -> float:
+        return BYTES[self.kv_dtype]
 
 
 def check_parallel(arch: Arch, par: Parallel) -> None:
     """Reject splits vLLM cannot run, with one line naming the problem."""
-    if par.dtype not in WEIGHT_BYTES:
-        raise InputError(None, None, f"--dtype must be bf16, fp8 or fp4, got {par.dtype!r}")
-    if par.kv_dtype not in KV_BYTES:
-        raise InputError(None, None, f"--kv-dtype must be bf16 or fp8, got {par.kv_dtype!r}")
+    for vocabulary, name in ((ESTIMATE_WEIGHTS, par.dtype), (ESTIMATE_KV, par.kv_dtype)):
+        if name not in vocabulary.names:  # a Parallel holds parsed names
+            raise vocabulary.refuse(name)
     if par.tp < 1:
         raise InputError(None, None, f"--tp must be a positive integer, got {par.tp}")
     if par.ep < 1:
@@ -170,12 +171,18 @@ def kv_heads_per_gpu(arch: Arch, tp: int) -> int:
     return max(arch.kv_heads // tp, 1)
 
 
-def kv_bytes_per_token_layer(arch: Arch, tp: int, elem_bytes: int = ACT_BYTES) -> int:
+def kv_bytes_per_token_layer(arch: Arch, tp: int, elem_bytes: float = ACT_BYTES) -> float:
     """KV bytes one context token costs one GPU in one layer (MLA latent is replicated);
     `elem_bytes` per cached element (2 for bf16, 1 for an fp8 KV cache)."""
     if arch.mla:
         return arch.kv_elems_per_token_layer() * elem_bytes
     return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * elem_bytes
+
+
+def kv_bytes_per_token(arch: Arch, tp: int = 1, elem_bytes: float = ACT_BYTES) -> float:
+    """KV bytes one context token costs one GPU over the layers whose cache grows with the
+    context: what the KV budget divides and what a prefilled prompt sends per token."""
+    return arch.kv_layers * kv_bytes_per_token_layer(arch, tp, elem_bytes)
 
 
 def expected_experts(experts: int, top_k: int, tokens: np.ndarray) -> np.ndarray:

@@ -20,8 +20,9 @@ import pandas as pd
 from dsim.checks import check_number
 from dsim.errors import InputError
 from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
-from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token_layer
+from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token
 from dsim.hardware.attention import record as attention_record
+from dsim.hardware.dtypes import ESTIMATE_WEIGHTS
 from dsim.hardware.engines import DEFAULT_ENGINE, Engine, check_runs_on, get_engine, with_graphs
 from dsim.hardware.gpu_model import (
     BRACKET_MEASURED,
@@ -66,7 +67,6 @@ BREAKDOWN = (
     ("verify B=2048 R=512 C=2048", 2048, 512, 2048, False),
     ("prefill P=2048 S=1 C=2048", 2048, 1, 2048, True),
 )
-DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "auto": "bf16", "fp8": "fp8", "fp4": "fp4"}
 # An engine this many times slower than its fitted preset is no serving engine (a typo).
 MAX_OVERHEAD_SCALE = 100.0
 GIB = 2**30
@@ -86,15 +86,6 @@ def grid(contexts: tuple[int, ...] | list[int] = CONTEXTS) -> pd.DataFrame:
     return pd.concat(
         [verify.assign(phase="verify"), prefill.assign(phase="prefill")], ignore_index=True
     )
-
-
-def parse_dtype(dtype: str) -> str:
-    try:
-        return DTYPES[dtype.lower()]
-    except KeyError:
-        raise InputError(
-            None, None, f"--dtype with --roofline must be bf16, fp8 or fp4, got {dtype!r}"
-        ) from None
 
 
 COLUMNS = (
@@ -178,14 +169,14 @@ def kv_capacity_tokens(preset: Engine, price: Pricing) -> int:
     budget = memory.rule(preset.name).kv_bytes(
         spec.memory_bytes, weight_bytes_per_gpu(arch, par), par.tp
     )
-    return int(budget // (arch.kv_layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)))
+    return int(budget // kv_bytes_per_token(arch, par.tp, par.kv_bytes))
 
 
 def _memory_record(preset: Engine, price: Pricing, kv_requested: str) -> dict:
     """Weights, KV bytes and the KV capacity the engine sizes, with its rule (the sidecar's)."""
     arch, par, spec = price.arch, price.par, price.gpu
     weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.kv_layers * kv_bytes_per_token_layer(arch, par.tp, par.kv_bytes)
+    kv = kv_bytes_per_token(arch, par.tp, par.kv_bytes)
     rule = memory.rule(preset.name)
     budget = rule.kv_bytes(spec.memory_bytes, weights, par.tp)
     return {
@@ -247,7 +238,7 @@ def estimate_inputs(
     preset = with_graphs(get_engine(engine, gpu.lower()), capture_sizes, graph_mode)
     spec, arch = get_gpu(gpu), zoo.load_arch(model)
     check_runs_on(preset.name, gpu, spec.vendor)
-    weight_dtype = parse_dtype(dtype)
+    weight_dtype = ESTIMATE_WEIGHTS.parse(dtype)
     check_dtype(gpu, weight_dtype)
     kv = memory.rule(preset.name).kv_dtype(kv_dtype, weight_dtype)
     par = Parallel(tp=tp, ep=ep, dtype=weight_dtype, kv_dtype=kv)
@@ -289,7 +280,7 @@ def roofline_profile(
     arch, par, spec = price.arch, price.par, price.gpu
     contexts = grid_contexts(contexts, model, price, preset)
     weights = weight_bytes_per_gpu(arch, par)
-    kv = arch.kv_layers * kv_bytes_per_token_layer(arch, tp, par.kv_bytes)
+    kv = kv_bytes_per_token(arch, tp, par.kv_bytes)
     overhead = preset.terms.scaled(overhead_scale)
     df = grid(contexts)
     seconds = price.step(

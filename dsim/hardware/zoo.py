@@ -485,13 +485,6 @@ def param_count(config: PretrainedConfig) -> int:
     return matmul_params(config) + (0 if config.tie_word_embeddings else embed)
 
 
-def kv_bytes_per_token(config: PretrainedConfig, dtype_bytes: int = 2) -> int:
-    """KV-cache bytes one token of context occupies across all layers (K and V)."""
-    return (
-        2 * config.num_hidden_layers * config.num_key_value_heads * head_dim(config) * dtype_bytes
-    )
-
-
 def describe(config: PretrainedConfig) -> dict[str, Any]:
     """The architecture fields a profile sidecar records."""
     fields = ("model_type", *POSITIVE_FIELDS, "tie_word_embeddings")

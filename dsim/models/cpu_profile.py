@@ -40,6 +40,7 @@ from dsim.hardware.measure import (
     check_run,
     cpu_timer,
     device_name,
+    latency_percentiles,
     profiled_config,
 )
 from dsim.models.ragged import RaggedTarget
@@ -128,7 +129,7 @@ def round_robin(
 
 
 def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
-    p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
+    p10, p50, p90 = latency_percentiles(times)
     return {
         "phase": phase,
         "batch_tokens": tokens,

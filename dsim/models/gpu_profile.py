@@ -20,7 +20,8 @@ engine's GPU work.
 
 On a CPU the same step function is called eagerly in place of the replay, so the logic (cache
 writes, attention, the table) is tested anywhere. This module needs only torch and dsim's
-stdlib-only helpers (`dsim.fileio`, `dsim.errors`): the GPU machine has no pandas or numpy.
+stdlib-only helpers (`dsim.fileio`, `dsim.errors`, `dsim.hardware.dtypes`): the GPU machine has
+no pandas or numpy.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ import torch.nn.functional as F
 
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
+from dsim.hardware.dtypes import SERVING, TORCH
 from dsim.models.ragged import KVPool
 
 COLUMNS = (
     "batch_tokens", "num_seqs", "context_len", "latency_ms", "latency_ms_p10", "latency_ms_p90",
     "phase", "device", "model", "dtype",
 )  # fmt: skip
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,8 @@ class VerifyGrid:
 
 
 def _percentile(values: list[float], p: float) -> float:
+    """numpy's linear percentile (`dsim.hardware.measure.latency_percentiles`, the other
+    profiles'), by hand: the GPU machine has no numpy."""
     ordered = sorted(values)
     at = (len(ordered) - 1) * p
     lo = math.floor(at)
@@ -380,12 +383,11 @@ def profile_serving(
 ) -> list[dict[str, Any]]:
     """Measure the grid on random weights of the config `fields` and write the profile CSV
     (the standard columns: `dsim run --profile` reads it) and its NAME.json sidecar."""
-    if dtype not in DTYPES:
-        raise InputError(None, None, f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    dtype = TORCH[SERVING.parse(dtype)]  # torch's name, which the table and sidecar record
     shape = Shape.from_fields(fields, name)
     dev = torch.device(device)
     started = time.perf_counter()
-    model = Decoder(shape, dev, DTYPES[dtype])
+    model = Decoder(shape, dev, getattr(torch, dtype))
 
     def tick(done: int) -> None:
         if done % 24 == 0 or done == grid.size:

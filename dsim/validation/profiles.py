@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dsim.hardware.latency import write_profile
+from dsim.hardware.measure import latency_percentiles
 from dsim.models.cpu_profile import write_cpu_profile
 from dsim.models.data import Prompt
 from dsim.validation.bench import Bench
@@ -28,7 +29,7 @@ def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.
     rows = []
     for r in DRAFTER_BATCHES:
         times = time_draft(drafter, target.hidden_size, r, repeats)
-        p10, p50, p90 = np.percentile(times * 1e3, [10, 50, 90])
+        p10, p50, p90 = latency_percentiles(times)
         rows.append((r * drafter.gamma, 0, p50, r, p10, p90))
     cols = ["batch_tokens", "context_len", "latency_ms", "num_seqs"]
     df = pd.DataFrame(rows, columns=[*cols, "latency_ms_p10", "latency_ms_p90"])

@@ -21,7 +21,7 @@ from dsim.hardware.arch import (
     kv_bytes_per_token_layer,
     layer_linears,
 )
-from dsim.hardware.dtypes import ESTIMATE_KV, ESTIMATE_WEIGHTS, MEASURED, SERVING
+from dsim.hardware.dtypes import ESTIMATE_KV, ESTIMATE_WEIGHTS, MEASURED, REQUESTED_KV, SERVING
 from dsim.hardware.gpu_model import GPUS, AllReduce, KernelFit, linear_time, soft_max, step_parts
 from dsim.hardware.roofline import roofline_profile, weight_bytes_per_gpu
 
@@ -107,6 +107,8 @@ def test_kv_bytes_per_token_counts_the_layers_whose_cache_grows():
         (ESTIMATE_WEIGHTS, "auto", "bf16"),
         (ESTIMATE_WEIGHTS, "FP4", "fp4"),
         (ESTIMATE_KV, "float8", "fp8"),
+        (REQUESTED_KV, "AUTO", "auto"),
+        (REQUESTED_KV, "bfloat16", "bf16"),
         (MEASURED, "auto", "auto"),
         (MEASURED, "bf16", "bf16"),
         (MEASURED, "float32", "fp32"),
@@ -123,6 +125,7 @@ def test_a_dtype_parses_once_to_its_canonical_name(vocabulary, typed, parsed):
         (ESTIMATE_WEIGHTS, "int4", "--dtype with --roofline must be auto, bf16, fp8 or fp4"),
         (ESTIMATE_KV, "fp4", "--kv-dtype must be bf16 or fp8, got 'fp4'"),
         (ESTIMATE_KV, "auto", "--kv-dtype must be bf16 or fp8, got 'auto'"),
+        (REQUESTED_KV, "fp4", "--kv-dtype must be auto, bf16 or fp8, got 'fp4'"),
         (MEASURED, "fp8", "--dtype must be auto, float32, float16 or bfloat16, got 'fp8'"),
         (SERVING, "auto", "--dtype must be float32, float16 or bfloat16, got 'auto'"),
         (SERVING, None, "--dtype must be float32, float16 or bfloat16, got None"),

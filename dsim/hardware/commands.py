@@ -13,6 +13,7 @@ from dsim.checks import check_sizes
 from dsim.errors import InputError
 from dsim.fileio import check_output_file
 from dsim.force_option import FORCE
+from dsim.hardware.dtypes import AUTO, MEASURED
 from dsim.hardware.engines import DEFAULT_ENGINE, ENGINES
 from dsim.hardware.gpu_model import GPUS
 from dsim.lab import require_lab
@@ -288,7 +289,7 @@ def _measure(
     """Time real forward passes: on CPU real mode's own pass in float32, on CUDA the HF model."""
     require_lab("dsim profile (a measurement; --roofline GPU estimates without it)")
     if device == "cpu":  # real mode's own pass (dsim.models.cpu_profile), float32 as real mode
-        if dtype not in ("auto", "float32"):
+        if MEASURED.parse(dtype) not in (AUTO, "fp32"):
             raise InputError(None, None, f"--device cpu measures float32 (real mode), got {dtype}")
         from dsim.models.cpu_profile import profile_cpu
 

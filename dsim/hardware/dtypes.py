@@ -73,6 +73,8 @@ TORCH_SHOWN = ("float32", "float16", "bfloat16")
 # The GPU estimate: weights (auto: bf16, the checkpoints' compute dtype) and the KV cache.
 ESTIMATE_WEIGHTS = Vocabulary("--dtype with --roofline", ("bf16", "fp8", "fp4"), auto="bf16")
 ESTIMATE_KV = Vocabulary("--kv-dtype", ("bf16", "fp8"))
+# What a user types for the KV cache: auto (the engine's default for the checkpoint) too.
+REQUESTED_KV = Vocabulary("--kv-dtype", ("bf16", "fp8"), auto=AUTO)
 # A measured profile (auto: float32 on cpu, bfloat16 on cuda) and the serving-grade GPU profile.
 MEASURED = Vocabulary("--dtype", TORCH_SHOWN, auto=AUTO)
 SERVING = Vocabulary("--dtype", TORCH_SHOWN)

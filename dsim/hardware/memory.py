@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsim.errors import InputError
+from dsim.hardware.dtypes import AUTO, REQUESTED_KV
 
 MIB = 2**20
-KV_DTYPES = {"auto": "auto", "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8"}
 VLLM_FRACTION = 0.9  # vllm/config/cache.py gpu_memory_utilization default
 TRTLLM_FRACTION = 0.9  # tensorrt_llm.llmapi.KvCacheConfig free_gpu_memory_fraction default
 
@@ -84,8 +83,8 @@ class MemoryRule:
         """The KV dtype the engine keeps: the user's, or for `auto` the model's (bf16: fp8
         checkpoints compute in bf16) except where the engine keeps an fp8 checkpoint's cache
         in fp8."""
-        kv = parse_kv_dtype(requested)
-        if kv != "auto":
+        kv = REQUESTED_KV.parse(requested)
+        if kv != AUTO:
             return kv
         return self.fp8_checkpoint_kv if dtype == "fp8" else "bf16"
 
@@ -98,16 +97,6 @@ class MemoryRule:
             "kv_dtype_default": self.kv_dtype("auto", dtype),
             "source": self.source,
         }
-
-
-def parse_kv_dtype(kv_dtype: str) -> str:
-    """`--kv-dtype`: auto (the engine's default for the checkpoint), bf16 or fp8."""
-    try:
-        return KV_DTYPES[kv_dtype.lower()]
-    except KeyError:
-        raise InputError(
-            None, None, f"--kv-dtype must be auto, bf16 or fp8, got {kv_dtype!r}"
-        ) from None
 
 
 VLLM = MemoryRule("vllm", VLLM_FRACTION, "total", "bf16", VLLM_SOURCE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,15 @@ from dsim.errors import InputError
 from dsim.hardware.engines import Scheduling
 from dsim.hardware.latency import LatencyModel, decode_graphs, profile_metadata, spec_costs
 from dsim.inputs import recording
-from dsim.policies import Policy, check_gamma, plugin_source, policy_maker, reads_sla, sla_users
+from dsim.policies import (
+    Fixed,
+    Policy,
+    check_gamma,
+    plugin_source,
+    policy_maker,
+    reads_sla,
+    sla_users,
+)
 from dsim.run_spec import RunSpec, default
 from dsim.workload import Workload, load_workload
 
@@ -132,6 +140,9 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
     with reading("policy"):
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
         check_gamma(spec.policy, policy.first, spec.gamma)
+    with reading("drafter_kind"):
+        kind = drafter_kind(spec.policy, spec.drafter_kind)
+    spec = proposed_drafts(spec, policy.first, kind)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
@@ -140,13 +151,21 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         where = f"{Path(spec.profile).with_suffix('.json')}: engine ragged penalty"
         prior = check_ragged_penalty(prior, where)
     config = engine_config(spec, target, sched, prior)
-    with reading("drafter_kind"):
-        kind = drafter_kind(spec.policy, spec.drafter_kind)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, spec_round)
     return EngineInputs(
         spec, config, target, draft, shape, policy, spec_warnings(spec, draft.ratio)
     )
+
+
+def proposed_drafts(spec: RunSpec, policy: Policy, kind: str) -> RunSpec:
+    """The spec as the engine runs it: a fixed length K with an autoregressive drafter proposes
+    K drafts a round, not --gamma (an engine serving `fixed:K` is set to K speculative tokens,
+    and each draft is a drafter pass: run at gamma G > K, it paid G passes for K verified
+    drafts). A block drafter's one pass and an MTP-1 head's do not depend on it."""
+    if kind == "ar" and isinstance(policy, Fixed) and 0 < policy.k < spec.gamma:
+        return replace(spec, gamma=policy.k)
+    return spec
 
 
 def spec_warnings(spec: RunSpec, draft_ratio: float) -> tuple[str, ...]:
@@ -286,7 +305,7 @@ def resolve(spec: RunSpec) -> RunInputs:
     engine = resolve_engine(spec)
     workload = load_spec_workload(spec)
     with reading("acceptance"):
-        acceptance = parse_acceptance(spec.acceptance, spec.gamma, spec.calibration)
+        acceptance = parse_acceptance(spec.acceptance, engine.spec.gamma, spec.calibration)
     return RunInputs(engine, workload, acceptance)
 
 

@@ -95,6 +95,25 @@ def test_every_drafting_decode_step_pays_the_round_cost(tmp_path, kind, expected
     np.testing.assert_allclose(plain.latency_s[decode_only(plain)], 0.010)
 
 
+@pytest.mark.parametrize(("kind", "same_as_gamma_k"), [("ar", True), ("block", False)])
+def test_a_fixed_length_proposes_its_k_drafts_with_an_autoregressive_drafter(
+    tmp_path, kind, same_as_gamma_k
+):
+    """An engine serving `fixed:3` is set to 3 speculative tokens: with an autoregressive
+    drafter, --gamma 7 runs as --gamma 3 (3 passes a round, bit for bit the same run), where it
+    used to pay 7 passes for 3 verified drafts. A block drafter's one pass covers its block:
+    gamma still sets it."""
+    prof = profile(tmp_path, per_round=0.002, host_pass=0.001)
+    wide = run(prof, policy="fixed:3", gamma=7, drafter_kind=kind).steps
+    narrow = run(prof, policy="fixed:3", gamma=3, drafter_kind=kind).steps
+    same = wide.latency_s.shape == narrow.latency_s.shape and bool(
+        np.array_equal(wide.latency_s, narrow.latency_s)
+    )
+    assert same == same_as_gamma_k
+    if kind == "ar":
+        np.testing.assert_allclose(wide.latency_s[decode_only(wide)], 0.015)
+
+
 def test_the_policies_see_the_round_cost_in_sps(tmp_path):
     """SPS(B) = 1 / (drafter + machinery + step): the engine hands the cost to the policy."""
     prof = profile(tmp_path, per_round=0.004, host_pass=0.0)

@@ -20,6 +20,8 @@ layout's CPU time, the median of 5 A B pairs (0.955-1.006).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from dsim.engine.round_kernels import (
@@ -67,7 +69,9 @@ class RunningBatch:
         self.no_stop = self._no_stop[:size]  # [size] bool, all False
         self.no_drafts = self._no_drafts[:size]  # [size] int64, all 0
 
-    def join(self, request: int, context: int, left: int, order: int, counters) -> None:
+    def join(
+        self, request: int, context: int, left: int, order: int, counters: Sequence[int]
+    ) -> None:
         """A prefilled request joins as the last row, with its saved (rounds, verified,
         accepted) `counters`."""
         rounds, verified, accepted = counters
@@ -76,7 +80,11 @@ class RunningBatch:
         self._resize(self.size + 1)
 
     def commit(
-        self, lengths: np.ndarray, emitted: np.ndarray, accepted: np.ndarray, stop
+        self,
+        lengths: np.ndarray,
+        emitted: np.ndarray,
+        accepted: np.ndarray,
+        stop: np.ndarray | None,
     ) -> tuple[int, int, int]:
         """One round's tokens into the rows (`round_kernels.commit_round`, `stop` None when
         the backend flags none): (tokens emitted, tokens end-of-sequence cut, rows done)."""

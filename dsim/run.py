@@ -76,16 +76,16 @@ def run_engine(
     def make_replica(k: int, handoff) -> Replica:
         return Replica(
             workload,
-            latency,
-            draft_cost,
-            backend,
-            next(policies),
-            cfg,
-            replica_rng(spec.seed, k, rng),
-            records,
-            make_clock(),
-            k,
-            handoff,
+            latency=latency,
+            draft_cost=draft_cost,
+            backend=backend,
+            policy=next(policies),
+            config=cfg,
+            rng=replica_rng(spec.seed, k, rng),
+            records=records,
+            clock=make_clock(),
+            index=k,
+            handoff=handoff,
         )
 
     env = simpy.Environment()

@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 import simpy
 from conftest import ROOT
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsim.acceptance.prefix import leading_accepted
 from dsim.acceptance.sources import parse_acceptance
 from dsim.cluster.source import arrivals
 from dsim.engine.backend import Simulated
+from dsim.engine.batch import RunningBatch
 from dsim.engine.config import EngineConfig, parse_draft_cost
 from dsim.engine.kv_blocks import SHORT, total
 from dsim.engine.records import Records
@@ -64,6 +67,42 @@ def test_total_is_the_exact_sum(n):
     assert isinstance(total(x), int)
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 500), st.integers(1, 5), st.integers(0, 9), st.booleans()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_running_batch_rows_round_trip_through_a_round(rows):
+    """Requests joined with saved counters leave with those counters plus one round's (a round
+    cut by the output cap counting every draft it accepted); the named views read the rows and
+    `context_total` stays their summed context."""
+    context, left, saved, leaving = (np.array(c) for c in zip(*rows, strict=True))
+    n = len(rows)
+    batch = RunningBatch(n + 1)
+    for k in range(n):
+        batch.join(k, int(context[k]), int(left[k]), 10 + k, (saved[k], 2 * saved[k], saved[k]))
+    np.testing.assert_array_equal(batch.request, np.arange(n))
+    np.testing.assert_array_equal(batch.order, 10 + np.arange(n))
+    np.testing.assert_array_equal(batch.verified, 2 * saved)
+    assert batch.newest() == n - 1 and batch.context_total == context.sum()
+    ones = np.ones(n, np.int64)
+    emitted_now, cut, done = batch.commit(ones, 3 * ones, 2 * ones, None)  # 2 drafts + 1
+    emit = np.minimum(3, left)
+    assert (emitted_now, cut, done) == (emit.sum(), 0, np.count_nonzero(left <= 3))
+    np.testing.assert_array_equal(batch.context, context + emit)
+    np.testing.assert_array_equal(batch.left, left - emit)
+    assert batch.context_total == batch.context.sum()
+    counters, generated = np.zeros((n, 3), np.int64), np.zeros(n, np.int64)
+    gone = batch.leave(leaving, np.zeros(n, np.int64), counters, generated).copy()
+    np.testing.assert_array_equal(gone, np.flatnonzero(leaving))
+    np.testing.assert_array_equal(counters[gone], np.c_[saved + 1, 2 * saved + 1, saved + 2][gone])
+    np.testing.assert_array_equal(generated[gone], (context + emit)[gone])
+    np.testing.assert_array_equal(batch.request, np.flatnonzero(~leaving))
+    assert batch.size == n - len(gone) and batch.context_total == batch.context.sum()
+
+
 def _replica(seed: int = 0, cfg: EngineConfig | None = None, rate: float = 3) -> Replica:
     workload = synthetic(f"synthetic:rate={rate},n=120,prompt=300,output=80", seed)
     rng = np.random.default_rng(seed)
@@ -72,18 +111,18 @@ def _replica(seed: int = 0, cfg: EngineConfig | None = None, rate: float = 3) ->
     latency = LatencyModel.from_csv(ROOT / DEFAULT_PROFILE)
     return Replica(
         workload,
-        latency,
-        parse_draft_cost("ratio:0.1"),
-        backend,
-        parse_policy("dspark"),
-        cfg or EngineConfig(max_seqs=16),
-        rng,
-        Records.empty(len(workload)),
+        latency=latency,
+        draft_cost=parse_draft_cost("ratio:0.1"),
+        backend=backend,
+        policy=parse_policy("dspark"),
+        config=cfg or EngineConfig(max_seqs=16),
+        rng=rng,
+        records=Records.empty(len(workload)),
     )
 
 
 def _serve(env: simpy.Environment, replica: Replica) -> None:
-    env.process(arrivals(env, replica.w.arrival_s, replica.arrive))
+    env.process(arrivals(env, replica.workload.arrival_s, replica.arrive))
     env.process(replica.process(env, None))
 
 
@@ -96,24 +135,24 @@ def test_replica_shares_simpy_time_with_another_process():
     env.run()
     end = alone.steps.log()
     assert env.now == end.start_s[-1] + end.latency_s[-1]  # env ends at the last step's end
-    assert alone.rec.finished == len(alone.w) and alone.work == 0
+    assert alone.records.finished == len(alone.workload) and alone.work == 0
 
     shared, seen = _replica(), []
 
     def ticker(env, replica):
-        while replica.rec.finished < len(replica.w):
+        while replica.records.finished < len(replica.workload):
             yield env.timeout(0.3737)
-            seen.append((env.now, replica.rec.finished))
+            seen.append((env.now, replica.records.finished))
 
     env = simpy.Environment()
     _serve(env, shared)
     env.process(ticker(env, shared))
     env.run()
-    np.testing.assert_array_equal(shared.rec.finish, alone.rec.finish)
-    np.testing.assert_array_equal(shared.rec.counters, alone.rec.counters)
+    np.testing.assert_array_equal(shared.records.finish, alone.records.finish)
+    np.testing.assert_array_equal(shared.records.counters, alone.records.counters)
     assert len(seen) > 50
     for now, finished in seen:
-        assert finished == np.count_nonzero(alone.rec.finish <= now)
+        assert finished == np.count_nonzero(alone.records.finish <= now)
 
 
 @pytest.mark.parametrize("block_size", [16, 12])  # a power of two (shifted) and not (divided)
@@ -126,13 +165,14 @@ def test_kv_blocks_and_running_sums_balance_under_preemption(block_size):
     _serve(env, replica)
     env.run()
     log = replica.steps.log()
-    assert replica.rec.finished == len(replica.w)
-    assert replica.rec.preemptions.sum() > 0
+    assert replica.records.finished == len(replica.workload)
+    assert replica.records.preemptions.sum() > 0
     assert log.kv_blocks_used.max() <= cfg.kv_blocks
-    assert replica.kv.used == replica.kv.rows_total == replica.batch_ctx == replica.work == 0
-    rounds, verified, accepted = replica.rec.counters.T
+    kv = replica.kv
+    assert kv.used == kv.rows_total == replica.batch.context_total == replica.work == 0
+    rounds, verified, accepted = replica.records.counters.T
     assert (accepted <= verified).all() and (rounds > 0).all()
     # Each round emits its accepted drafts plus one token; only a request's last round may
     # be cut by its output cap, and prefill (again after each preemption) emits one more.
-    emitted = replica.rec.generated - 1 - replica.rec.preemptions
+    emitted = replica.records.generated - 1 - replica.records.preemptions
     assert (emitted <= rounds + accepted).all() and (emitted > rounds + accepted - 8).all()

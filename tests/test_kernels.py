@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from dsim.engine.round_kernels import (
     ACCEPTED,
-    ID,
-    KV_END,
+    COLUMNS,
+    CONTEXT,
     LEFT,
     ORDER,
+    REQUEST,
     ROUNDS,
     VERIFIED,
     commit_round,
@@ -102,8 +103,9 @@ def test_commit_round_caps_cuts_and_counts_as_the_plain_definition(rows, with_st
     acc = acc % 1000
     emitted = accepted + 1
     stop = stop if with_stop else np.zeros(len(rows), bool)
-    b = np.zeros((len(rows), 7), np.int64)
-    b[:, LEFT], b[:, KV_END], b[:, ACCEPTED], b[:, ID] = left, 1000, acc, np.arange(len(rows))
+    b = np.zeros((len(rows), COLUMNS), np.int64)
+    b[:, LEFT], b[:, CONTEXT], b[:, ACCEPTED] = left, 1000, acc
+    b[:, REQUEST], b[:, ROUNDS] = np.arange(len(rows)), 5
     before = b.copy()
     got = commit_round(lengths, emitted, accepted, stop, b)
     emit = np.minimum(emitted, left)
@@ -111,44 +113,44 @@ def test_commit_round_caps_cuts_and_counts_as_the_plain_definition(rows, with_st
     after = np.where(stop, 0, left - emit)
     assert got == (emit.sum(), cut.sum(), np.count_nonzero(after == 0))
     np.testing.assert_array_equal(b[:, LEFT], after)
-    np.testing.assert_array_equal(b[:, KV_END], 1000 - cut)
+    np.testing.assert_array_equal(b[:, CONTEXT], 1000 + emit)  # the context grows by what it emits
+    np.testing.assert_array_equal(b[:, ROUNDS], 6)
     np.testing.assert_array_equal(b[:, VERIFIED], lengths)
-    np.testing.assert_array_equal(b[:, ACCEPTED], acc + np.where(after == 0, emitted - emit, 0))
-    untouched = [ID, ORDER, ROUNDS]
+    np.testing.assert_array_equal(b[:, ACCEPTED], acc + accepted)  # the cap cuts no count
+    untouched = [REQUEST, ORDER]
     np.testing.assert_array_equal(b[:, untouched], before[:, untouched])
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=12), st.integers(0, 50))
-def test_leave_rows_saves_the_decoded_counters_and_keeps_the_rest_in_order(leaving, rounds):
-    r, n, pad = len(leaving), 40, 9
-    rng = np.random.default_rng(r * 100 + rounds)
-    b = rng.integers(0, 100, size=(r, 7))
-    b[:, ID] = rng.choice(n, size=r, replace=False)
+def test_leave_rows_saves_the_counters_and_keeps_the_rest_in_order(leaving, seed):
+    r, n = len(leaving), 40
+    rng = np.random.default_rng(r * 100 + seed)
+    b = rng.integers(0, 100, size=(r, COLUMNS))
+    b[:, REQUEST] = rng.choice(n, size=r, replace=False)
     prompt = rng.integers(1, 50, size=n)
-    context = prompt[b[:, ID]] + rng.integers(0, 30, size=r)
-    b[:, KV_END] = context + pad + b[:, LEFT]
+    context = prompt[b[:, REQUEST]] + rng.integers(0, 30, size=r)
+    b[:, CONTEXT] = context
     before, mask = b.copy(), np.array(leaving)
     counters, generated = np.zeros((n, 3), np.int64), np.zeros(n, np.int64)
     ids = np.full(r, -1, np.int64)
-    gone, total = leave_rows(b, mask, pad, rounds, prompt, counters, generated, ids)
+    gone, total = leave_rows(b, mask, prompt, counters, generated, ids)
     assert gone == mask.sum() and total == context[mask].sum()
-    np.testing.assert_array_equal(ids[:gone], before[mask, ID])
+    np.testing.assert_array_equal(ids[:gone], before[mask, REQUEST])
     np.testing.assert_array_equal(b[: r - gone], before[~mask])
     left = before[mask]
-    out = counters[left[:, ID]]
-    np.testing.assert_array_equal(out[:, 0], left[:, ROUNDS] + rounds)
-    np.testing.assert_array_equal(out[:, 1], left[:, VERIFIED])
-    np.testing.assert_array_equal(out[:, 2], left[:, ACCEPTED] + context[mask] - out[:, 0])
-    np.testing.assert_array_equal(generated[left[:, ID]], context[mask] - prompt[left[:, ID]])
+    np.testing.assert_array_equal(counters[left[:, REQUEST]], left[:, [ROUNDS, VERIFIED, ACCEPTED]])
+    np.testing.assert_array_equal(
+        generated[left[:, REQUEST]], context[mask] - prompt[left[:, REQUEST]]
+    )
 
 
 @given(
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 500)), min_size=1, max_size=20),
+    st.lists(st.integers(0, 10**6), min_size=1, max_size=20),
+    st.integers(0, 500),
     st.sampled_from([1, 5, 16, 64]),
 )
-def test_row_blocks_floors_each_rows_padded_tokens(rows, block_size):
-    ends, left = (np.array(c, np.int64) for c in zip(*rows, strict=True))
-    ends = ends + left  # ends >= left: a row's padded tokens are never negative
+def test_row_blocks_floors_each_rows_padded_tokens(rows, kv_pad, block_size):
+    context = np.array(rows, np.int64)
     need = np.empty(len(rows), np.int64)
-    assert row_blocks(ends, left, block_size, need) == ((ends - left) // block_size).sum()
-    np.testing.assert_array_equal(need, (ends - left) // block_size)
+    assert row_blocks(context, kv_pad, block_size, need) == ((context + kv_pad) // block_size).sum()
+    np.testing.assert_array_equal(need, (context + kv_pad) // block_size)

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsim.engine.replica import Replica
-from dsim.engine.round_kernels import ID
 from dsim.errors import InputError
 from dsim.hardware import zoo
 from dsim.hardware.engines import Scheduling
@@ -177,11 +176,9 @@ def test_no_admitted_request_outgrows_its_reservation(
         latency = step(self, now)
         kv = self.kv
         assert 0 <= kv.used <= kv.capacity and kv.rows_total == int(kv.rows.sum())
-        ids = self.batch[:, ID]
-        context = self.w.prompt_tokens[ids] + self.rec.generated[ids]
-        need = -(-(context + self.lookahead) // kv.block_size)
+        need = -(-(self.batch.context + self.lookahead) // kv.block_size)
         assert (need <= kv.rows).all(), (need, kv.rows)
-        checked.append(len(ids))
+        checked.append(self.batch.size)
         return latency
 
     with pytest.MonkeyPatch.context() as patch:

@@ -53,15 +53,15 @@ class KvBlocks:
         self.used += blocks
         return True
 
-    def reserve_rows(self, ends: np.ndarray, left: np.ndarray) -> bool:
-        """Grow the batch rows to floor((ends - left) / block_size) blocks each (a round's
-        need in padded tokens, carrying the ceiling's block_size - 1; ends, left: [running]).
-        False, with nothing changed, when the growth does not fit: the caller preempts a row
-        and asks again."""
+    def reserve_rows(self, context: np.ndarray, kv_pad: int) -> bool:
+        """Grow the batch rows to floor((context + kv_pad) / block_size) blocks each (a round's
+        need: `kv_pad` adds the round's lookahead and carries the ceiling's block_size - 1;
+        context: [running]). False, with nothing changed, when the growth does not fit: the
+        caller preempts a row and asks again."""
         need = self._need
-        if len(need) != len(ends):
-            need = np.empty(len(ends), np.int64)
-        grow = row_blocks(ends, left, self.block_size, need) - self.rows_total
+        if len(need) != len(context):
+            need = np.empty(len(context), np.int64)
+        grow = row_blocks(context, kv_pad, self.block_size, need) - self.rows_total
         if grow == 0:
             return True
         if self.used + grow > self.capacity:

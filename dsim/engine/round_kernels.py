@@ -1,6 +1,7 @@
 """The decode round's per-row arithmetic as compiled loops: the simulated verify, the round's
 commit, its KV growth and rows leaving the batch (the accepted prefixes are
-`dsim.acceptance.prefix`'s); and the layout of the running-batch matrix they work on.
+`dsim.acceptance.prefix`'s); and the layout of the running-batch matrix they work on
+(`dsim.engine.batch.RunningBatch` gives its columns names).
 
 At the engine's batch sizes (about 8 rows of 7 drafts) a numpy call costs far more than the
 arithmetic it does, so each of these replaces several of them with one loop over the rows.
@@ -15,10 +16,11 @@ Glossary:
 - lengths: drafts each row verifies this round; accepted = min(truth, lengths), and a simulated
   row emits accepted + 1 tokens (the target's own token after the last accepted draft).
 - left: output tokens a row still has to emit (0: the request ends with this round).
-- kv_end, pad: a row's context is kv_end - pad - left, so (kv_end - left) // block_size is
-  the KV blocks its next round needs (`Replica.pad` carries the ceiling).
+- kv_pad: tokens added to a row's context so that (context + kv_pad) // block_size is the KV
+  blocks its next round needs (`Replica.kv_pad`: the round's lookahead plus the ceiling's
+  block_size - 1).
 - stop: rows whose emitted tokens end on an end-of-sequence token (a real backend's flags).
-- batch: [R, 7] int64, the running batch's rows of `Replica.rows` (columns below).
+- batch: [R, COLUMNS] int64, the running batch's rows (columns below).
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Columns of the running-batch matrix, kept so that a round updates only LEFT and VERIFIED:
-# - KV_END: the request's context when it ends plus `Replica.pad`, so its context is
-#   KV_END - pad - LEFT and the KV blocks its next round needs (KV_END - LEFT) // block_size;
-# - ORDER: the request's admission order on the replica (the last admitted is preempted first);
-# - ROUNDS: the request's rounds minus the replica's (`Replica.rounds`);
-# - ACCEPTED: accepted drafts minus context plus rounds (a round that emits e tokens accepts
-#   e - 1 drafts; the output cap cuts only a request's last round, added back by `commit_round`).
-# `Replica._join` encodes ROUNDS and ACCEPTED, `leave_rows` decodes them.
-ID, KV_END, LEFT, ORDER, ROUNDS, VERIFIED, ACCEPTED = range(7)
+# Columns of the running-batch matrix, one counter per column, each stored as what it means
+# (a round writes CONTEXT, LEFT, ROUNDS, VERIFIED and ACCEPTED of every row; in a compiled loop
+# a store costs next to nothing). The last three are, in order, `Records.counters`' columns.
+REQUEST = 0  # the request's index in the workload
+CONTEXT = 1  # tokens in its KV cache: prompt plus output emitted so far
+LEFT = 2  # output tokens it still has to emit (its output cap minus what it emitted)
+ORDER = 3  # its admission order on the replica (the last admitted is preempted first)
+ROUNDS = 4  # decode rounds it took part in
+VERIFIED = 5  # drafts it verified
+ACCEPTED = 6  # drafts it accepted (a round cut by the output cap still counts all it accepted)
+COLUMNS = 7
 
 
 @njit(cache=True, nogil=True)
@@ -65,11 +69,11 @@ def commit_round(
 ) -> tuple[int, int, int]:
     """One round's tokens into the batch's counters, with the output cap and end-of-sequence
     cut: (tokens emitted, tokens an end-of-sequence token cut from the rows' outputs, rows done).
-    A row done (LEFT 0) gets back in ACCEPTED what the cap or end-of-sequence cut of its
-    round's accepted drafts + 1.
+    A row emits min(emitted, left) tokens; one flagged in `stop` ends with them (LEFT 0).
 
     lengths, emitted, accepted: [R] int64; stop: [R] bool (all False when the backend flags
-    none); batch: [R, 7] int64, its LEFT, KV_END, VERIFIED and ACCEPTED updated in place.
+    none); batch: [R, COLUMNS] int64, its CONTEXT, LEFT, ROUNDS, VERIFIED and ACCEPTED updated
+    in place.
     """
     emitted_total, cut_total, done = 0, 0, 0
     for r in range(lengths.shape[0]):
@@ -77,27 +81,28 @@ def commit_round(
         e = min(emitted[r], left)
         if stop[r]:  # the request ends with this round; its context stays what it emitted
             cut_total += left - e
-            batch[r, KV_END] -= left - e
             left = e
         emitted_total += e
+        batch[r, CONTEXT] += e
         batch[r, LEFT] = left - e
+        batch[r, ROUNDS] += 1
         batch[r, VERIFIED] += lengths[r]
+        batch[r, ACCEPTED] += accepted[r]
         if left == e:
-            batch[r, ACCEPTED] += accepted[r] + 1 - e
             done += 1
     return emitted_total, cut_total, done
 
 
 @njit(cache=True, nogil=True)
-def row_blocks(kv_end: np.ndarray, left: np.ndarray, block_size: int, need: np.ndarray) -> int:
-    """need[r] = the KV blocks row r needs for its next round, (kv_end - left) // block_size;
+def row_blocks(context: np.ndarray, kv_pad: int, block_size: int, need: np.ndarray) -> int:
+    """need[r] = the KV blocks row r needs for its next round, (context + kv_pad) // block_size;
     returns their total.
 
-    kv_end, left: [R] int64; need: [R] int64, written.
+    context: [R] int64; need: [R] int64, written.
     """
     total = 0
-    for r in range(kv_end.shape[0]):
-        blocks = (kv_end[r] - left[r]) // block_size
+    for r in range(context.shape[0]):
+        blocks = (context[r] + kv_pad) // block_size
         need[r] = blocks
         total += blocks
     return total
@@ -107,17 +112,15 @@ def row_blocks(kv_end: np.ndarray, left: np.ndarray, block_size: int, need: np.n
 def leave_rows(
     batch: np.ndarray,
     leaving: np.ndarray,
-    pad: int,
-    rounds: int,
     prompt_tokens: np.ndarray,
     counters: np.ndarray,
     generated: np.ndarray,
     ids: np.ndarray,
 ) -> tuple[int, int]:
-    """Rows flagged in `leaving` leave the batch: their counters, decoded, go to the records,
-    the other rows move up in order. Returns (rows that left, their total context).
+    """Rows flagged in `leaving` leave the batch: their counters go to the records, the other
+    rows move up in order. Returns (rows that left, their total context).
 
-    batch: [R, 7] int64, compacted in place (its first R - left rows are the batch after);
+    batch: [R, COLUMNS] int64, compacted in place (its first R - left rows are the batch after);
     leaving: [R] bool; prompt_tokens: [N] int64 per request; counters: [N, 3] int64 (rounds,
     verified, accepted drafts) and generated: [N] int64 per request, written for the rows that
     leave; ids: [>= R] int64, written: the requests that left, in batch order.
@@ -125,11 +128,11 @@ def leave_rows(
     kept, gone, context_total = 0, 0, 0
     for r in range(batch.shape[0]):
         if leaving[r]:
-            i = batch[r, ID]
-            context = batch[r, KV_END] - batch[r, LEFT] - pad
-            counters[i, 0] = batch[r, ROUNDS] + rounds
+            i = batch[r, REQUEST]
+            context = batch[r, CONTEXT]
+            counters[i, 0] = batch[r, ROUNDS]
             counters[i, 1] = batch[r, VERIFIED]
-            counters[i, 2] = batch[r, ACCEPTED] + context - counters[i, 0]
+            counters[i, 2] = batch[r, ACCEPTED]
             generated[i] = context - prompt_tokens[i]
             context_total += context
             ids[gone] = i

@@ -328,6 +328,13 @@ def test_profile_show_prints_the_engines_step_and_round_parts_and_priors(
     assert header.split()[:4] == ["shape", "linear", "elem", "attn"]
     text = " ".join(stdout.split())  # the console wraps long lines
     assert "elementwise kernels per layer: act x1, add+norm x2, rope x1" in text
+    # how sure: the sidecar's bracket and the fits' held-out errors, as the sidecar has them
+    meta = json.loads(out.with_suffix(".json").read_text())
+    plain = meta["engine_fit"]["leave_one_source_out"]["all"]
+    assert "(ESTIMATE: h200, qwen3-8b, bf16)" in text
+    assert "GPU work: +-20% stated (a measured GPU's +-15%; borrows another GPU's fit" in text
+    assert (f"each source held out: median {plain['median_abs_error']:.1%}, worst "
+            f"{plain['max_abs_error']:.1%} over {plain['n']} published rows") in text  # fmt: skip
     assert "decode attention: FlashAttention" in text and "(range 0.45-0.83" in text
     assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in text
     meta = json.loads(out.with_suffix(".json").read_text())

@@ -121,7 +121,8 @@ def render_table(path: Path, df: pd.DataFrame, meta: dict, model: LatencyModel) 
     step and round parts and priors (`show_engine`)."""
     kind = "ESTIMATE" if meta.get("estimate") else "measured"
     where = meta.get("device") or meta.get("gpu", "?")
-    head = f"{path.name} ({kind}: {where}, {meta.get('model', '?')}, {meta.get('dtype', '?')})"
+    dtype = meta.get("dtype") or meta.get("parallel", {}).get("dtype", "?")
+    head = f"{path.name} ({kind}: {where}, {meta.get('model', '?')}, {dtype})"
     phases = sorted(df["phase"].unique(), reverse=True) if "phase" in df else ["verify"]
     tables = [latency_table(df[df["phase"] == p] if "phase" in df else df, p) for p in phases]
     knees = knee_table(curves(df, model.verify.r_dependent))

@@ -155,6 +155,36 @@ def kernel_priors(meta: dict) -> list[Text]:
     return lines
 
 
+def _held_out(summary: dict, what: str) -> str:
+    """`what`: median and worst absolute error over n rows, from a fit's held-out summary."""
+    return (f"{what}: median {summary['median_abs_error']:.1%}, worst "
+            f"{summary['max_abs_error']:.1%} over {summary['n']} published rows")  # fmt: skip
+
+
+def how_sure(meta: dict) -> Group | None:
+    """What an estimate's numbers may be off by: the stated GPU-work bracket (a range, not a
+    measured error) and the engine terms' errors on published runs held out of their fit."""
+    bracket = meta.get("bracket")
+    if not isinstance(bracket, dict):
+        return None
+    lines = [Text("how sure (docs/engine-v2-rules.md; profiles/README.md)", style="italic")]
+    fit = (
+        "borrows another GPU's fit: its sidecar's transfer"
+        if meta.get("transfer")
+        else ("fitted on this GPU")
+    )
+    lines.append(Text(f"- GPU work: +-{bracket['gpu_work_relative']:.0%} stated (a measured "
+                      f"GPU's +-{bracket['measured_gpu']:.0%}; {fit})"))  # fmt: skip
+    plain = meta.get("engine_fit", {}).get("leave_one_source_out", {}).get("all")
+    if plain:
+        lines.append(Text("- " + _held_out(plain, "the engine step, each source held out")))
+    spec = meta.get("round_fit", {}).get("leave_one_out", {}).get("summary")
+    if spec:
+        lines.append(Text("- " + _held_out(spec, "speculative speed-ups, each row held out")))
+    return Group(*lines)
+
+
 def engine_parts(meta: dict, model: LatencyModel) -> list[Group]:
     """The engine's tables and priors that this sidecar can show (none for a measurement)."""
-    return [g for g in (step_parts(meta), round_parts(meta, model), priors(meta)) if g is not None]
+    shown = (step_parts(meta), round_parts(meta, model), priors(meta), how_sure(meta))
+    return [g for g in shown if g is not None]

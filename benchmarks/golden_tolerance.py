@@ -1,5 +1,5 @@
 """How far the golden tests' floats move across CPU kernel paths: the measurement behind
-`PROJ_TOL` in tests/test_real_golden.py.
+`PROJ_TOL` in tests/real/test_real_golden.py.
 
 One machine can run the kernel paths other machines of the kind run: ATen picks its vectorised
 kernels by `ATEN_CPU_CAPABILITY` (avx512, avx2, default) and MKL its GEMMs by
@@ -55,7 +55,7 @@ def measure(name: str, env: dict[str, str]) -> dict:
         record = Path(tmp) / "rows.jsonl"
         record.touch()
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "golden_tolerance"]
-        cmd += ["tests/test_real_golden.py", "-k", "not tolerance"]
+        cmd += ["tests/real/test_real_golden.py", "-k", "not tolerance"]
         pythonpath = os.pathsep.join([str(ROOT / "benchmarks"), str(ROOT / "tests")])
         full = {**os.environ, **env, RECORD_ENV: str(record), "PYTHONPATH": pythonpath}
         done = subprocess.run(cmd, cwd=ROOT, env=full, capture_output=True, text=True)

@@ -6,7 +6,7 @@ Glossary:
 - held: blocks of requests admitted but not in the decode batch (prefilling), counted in `used`.
 - rows: blocks of each decode-batch row, in batch order (`rows_total` is their sum).
 
-Invariants (tests/test_kv_blocks.py): 0 <= used <= capacity; used - rows_total is what the
+Invariants (tests/engine/test_kv_blocks.py): 0 <= used <= capacity; used - rows_total is what the
 non-batch holders hold (>= 0); rows_total == rows.sum(); a refused request changes nothing.
 A row's blocks never shrink while it stays in the batch, since its context only grows.
 Choosing whom to preempt is the replica's rule, not the allocator's.

@@ -34,8 +34,8 @@ from dsim.hardware.attention import GEMM_FIT, AttentionKernel, work
 from dsim.hardware.fusion import UNFUSED, Fusion
 
 # The relative range stated on the GPU work of a GPU fitted on its own operator data (the
-# operator fit's median error, tests/test_gpu_estimate.py; held-out end-to-end median 5.7%):
-# a GPU that borrows another's fit states a wider one.
+# operator fit's median error, tests/hardware/test_gpu_estimate.py; held-out end-to-end median
+# 5.7%): a GPU that borrows another's fit states a wider one.
 BRACKET_MEASURED = 0.15
 
 

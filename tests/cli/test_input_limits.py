@@ -303,7 +303,7 @@ def test_one_request_prints_na_not_nan(monkeypatch, capsys, tmp_path):
 
 
 def test_a_scrape_whose_total_contradicts_its_positions_is_noted(monkeypatch, capsys, tmp_path):
-    from test_vllm_metrics import exposition, scrape
+    from samples import exposition, scrape
 
     text = exposition()
     lines = [

@@ -12,7 +12,8 @@ PROJ_TOL is set from a measurement (`benchmarks/golden_tolerance.py`, numbers in
 benchmarks/README.md): 7 times the largest deviation across four kernel paths (1.5e-6), 1e5 times
 below what one changed value of a tenth of the norm moves. No sampled token changed on any path.
 
-`DSIM_WRITE_GOLDEN=1 pytest tests/test_real_golden.py` rewrites the files (then review the diff).
+`DSIM_WRITE_GOLDEN=1 pytest tests/real/test_real_golden.py` rewrites the files (then review the
+diff).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ends_often, write_flat_profile
+from samples import untrained_drafter
 
 from dsim.cli import main
 from dsim.errors import InputError
@@ -30,13 +31,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def target():
     return tiny_target()
-
-
-def untrained_drafter(target, kind: str = "markov", gamma: int = 4) -> Drafter:
-    torch.manual_seed(1)
-    config = DrafterConfig.default(kind, gamma, target.hidden_size, width=32)
-    drafter = Drafter(config, torch.arange(300))
-    return drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
 
 
 @pytest.fixture

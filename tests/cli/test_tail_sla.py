@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import refused, run_cli
+from conftest import ROOT, refused, run_cli
 
 from dsim.errors import InputError
 from dsim.pareto.config import load_config
@@ -20,7 +20,6 @@ from dsim.run import simulate
 from dsim.run_spec import RunSpec
 from dsim.sla import KEYS, Bound, parse_options, read
 
-ROOT = Path(__file__).resolve().parent.parent
 PROFILE = str(ROOT / "profiles/h200-qwen3-8b-roofline.csv")
 
 

@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 from conftest import run_cli, write_flat_profile
+from samples import exposition, scrape
 from scipy.special import expit, logit
-from test_vllm_metrics import exposition, scrape
 
 from dsim.acceptance.parametric import DomainModel, ParametricAcceptance, fit_shift, serving_curve
 from dsim.acceptance.sources import parse_acceptance

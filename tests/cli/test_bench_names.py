@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import refused, run_cli, write_trace
+from conftest import ROOT, refused, run_cli, write_trace
 
 from dsim.bench_names import trace_spec
 from dsim.errors import InputError
 from dsim.pareto.config import load_config
 from dsim.workload import load_workload
 
-PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
+PROFILE = str(ROOT / "profiles/h200-qwen3-8b-roofline.csv")
 
 
 def test_random_dataset_spec_and_lengths():

@@ -12,12 +12,11 @@ the property on random instances, and a chi-square test of the decoded tokens.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import example_specs
+from conftest import ROOT, example_specs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -39,7 +38,6 @@ from dsim.policies.check import (
 )
 from dsim.policies.schedule import candidates, throughput, to_lengths
 
-ROOT = Path(__file__).resolve().parent.parent
 BIASED = str(ROOT / "docs" / "examples" / "biased_policy.py")
 N_SEQ = 24000
 TARGET, _ = toy_chains()

@@ -249,7 +249,7 @@ def test_help_and_source_speak_of_the_tool_not_its_history():
     assert HISTORY.search("targets of issue 17") and HISTORY.search("dsim v0.3")
 
 
-# --- the README's worked examples ------------------------------------------------------------
+# --- the worked examples in docs/ ---------------------------------------------------------------
 
 
 def test_the_readmes_example_scrape_reads_as_the_walkthrough_says():

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 from dsim.errors import InputError
 from dsim.pareto import sweep
@@ -28,7 +29,7 @@ from dsim.pareto.pipeline import prepare, run_pareto
 from dsim.pareto.plots import _plot_envelope, _sla_labels, display_name, policy_color
 from dsim.sla import read as read_sla
 
-PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
+PROFILE = str(ROOT / "profiles/h200-qwen3-8b-roofline.csv")
 BASE = f"""
 policies = ["fixed:1", "fixed:3", "dspark"]
 baseline = "best-fixed"

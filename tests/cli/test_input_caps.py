@@ -7,8 +7,8 @@ import json
 
 import pytest
 from conftest import ROOT, run_cli, write_flat_profile, write_trace
+from samples import ENGINES, MODEL, exposition, scrape
 from test_bad_input import rejected  # noqa: F401  (the bad-input contract fixture)
-from test_vllm_metrics import ENGINES, MODEL, exposition, scrape
 
 from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.errors import InputError

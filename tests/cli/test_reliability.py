@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import typer
+from conftest import ROOT
 
 from dsim import cli
 from dsim.codehash import code_digest, simulation_sources
@@ -24,7 +25,6 @@ from dsim.run import simulate
 from dsim.run_inputs import input_files
 from dsim.run_spec import RunSpec
 
-ROOT = Path(__file__).resolve().parent.parent
 PROFILE = str(ROOT / "profiles/h200-qwen3-8b-roofline.csv")
 LONG = "synthetic:rate=20,duration=5000"  # minutes of simulation: long enough to interrupt
 
@@ -195,7 +195,7 @@ def test_key_follows_a_lengths_file_named_inside_the_trace_spec(tmp_path):
 
 
 def test_key_follows_an_acceptance_trace_sidecar(tmp_path):
-    from test_acceptance_trace import META, make_df
+    from samples import META, make_df
 
     from dsim.acceptance.trace import update_trace_metadata, write_acceptance_trace
 
@@ -209,7 +209,7 @@ def test_key_follows_an_acceptance_trace_sidecar(tmp_path):
 
 
 def test_key_follows_a_calibration_file(tmp_path):
-    from test_acceptance_trace import META, make_df
+    from samples import META, make_df
 
     from dsim.acceptance.trace import write_acceptance_trace
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import ROOT
-from test_pareto import TINY as SWEEP
+from samples import TINY as SWEEP
 
 from dsim.hardware.latency import read_profile
 from dsim.lab import INSTALL, LAB

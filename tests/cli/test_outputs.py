@@ -12,15 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from test_acceptance_trace import META, make_df
+from conftest import ROOT
+from samples import META, make_df
 
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
 from dsim.cli import app, main
 from dsim.errors import InputError
 from dsim.fileio import SCHEMA_KEY, SCHEMA_VERSION, write_parquet
 from dsim.tables import read_table
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def stamp(path: Path) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from dsim import cli
 from dsim.acceptance.trace import read_acceptance_trace
@@ -30,7 +31,6 @@ from dsim.models.train import (
 )
 from dsim.validation.settings import DEFAULT_DRAFTER
 
-REPO = Path(__file__).resolve().parents[1]
 SETTINGS = TrainSettings(steps=30, batch_size=16, lr=3e-3, warmup=3, vocab_size=300, context=4)
 SPEC = data.DataSpec(samples=2, max_new_tokens=24, batch_size=4, layers=(1,), context=4)
 PROMPTS = [data.Prompt(f"p{i}", "chat", f"prompt number {i} " * (i + 1)) for i in range(6)]
@@ -189,7 +189,7 @@ def test_checkpoint_round_trip_and_old_format(target, cache, tmp_path) -> None:
 def test_the_shipped_checkpoint_builds() -> None:
     """The one shipped drafter (the default of `dsim validate`) is the second recipe
     (dsim-drafter/2, llama block) and loads strictly."""
-    blob = read_checkpoint(REPO / DEFAULT_DRAFTER)
+    blob = read_checkpoint(ROOT / DEFAULT_DRAFTER)
     config = DrafterConfig(**blob["config"])
     drafter = Drafter(config, blob["weights"]["vocab"])
     drafter.load_state_dict({k: v.float() if v.is_floating_point() else v
@@ -237,7 +237,7 @@ def test_training_resumes_where_it_stopped(target, cache, tmp_path) -> None:
 def workdir(tmp_path_factory) -> Path:
     """Prompt files copied from the repo, a tiny prepared cache and a tiny trained drafter."""
     root = tmp_path_factory.mktemp("models")
-    shutil.copytree(REPO / "traces" / "prompts", root / "prompts")
+    shutil.copytree(ROOT / "traces" / "prompts", root / "prompts")
     return root
 
 

@@ -9,11 +9,11 @@ Llama-3.1-8B-Instruct (MT-Bench, k = 3): 0.7296, 0.5208, 0.3545 of drafts.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import write_flat_profile
+from samples import ENGINES, MODEL, exposition, scrape
 
 from dsim.acceptance.parametric import ParametricAcceptance
 from dsim.acceptance.sources import parse_acceptance
@@ -25,73 +25,7 @@ from dsim.pareto.sweep import point_key
 from dsim.run_inputs import input_files
 from dsim.run_spec import RunSpec
 
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-# engine -> (drafts, draft tokens, per-position accepted counts); 10,000 drafts in all
-ENGINES = {"0": (6000, 18000, (4378, 3125, 2127)), "1": (4000, 12000, (2918, 2083, 1418))}
-UNCONDITIONAL = np.array([0.7296, 0.5208, 0.3545])
-
-
-def exposition(
-    engines: dict = ENGINES, model: str = MODEL, suffix: str = "_total", created: bool = True
-) -> str:
-    """A scrape as prometheus_client writes vLLM's counters, among other vLLM metrics."""
-    lines = [
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-        "# TYPE vllm:num_requests_running gauge",
-        f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 3.0',
-    ]
-
-    def counter(name: str, doc: str, values: list[tuple[str, float]]) -> None:
-        full = f"vllm:spec_decode_{name}{suffix}"
-        lines.extend([f"# HELP {full} {doc}", f"# TYPE {full} counter"])
-        lines.extend(f"{full}{{{labels}}} {value}" for labels, value in values)
-        if created:
-            lines.append(f"# HELP vllm:spec_decode_{name}_created {doc}")
-            lines.append(f"# TYPE vllm:spec_decode_{name}_created gauge")
-            lines.extend(
-                f"vllm:spec_decode_{name}_created{{{labels}}} 1.7e+09" for labels, _ in values
-            )
-
-    def labels(engine: str) -> str:
-        escaped = model.replace("\\", "\\\\").replace('"', '\\"')
-        return f'engine="{engine}",model_name="{escaped}"'
-
-    counter(
-        "num_drafts",
-        "Number of spec decoding drafts.",
-        [(labels(e), float(d)) for e, (d, _, _) in engines.items()],
-    )
-    counter(
-        "num_draft_tokens",
-        "Number of draft tokens.",
-        [(labels(e), float(t)) for e, (_, t, _) in engines.items()],
-    )
-    counter(
-        "num_accepted_tokens",
-        "Number of accepted tokens.",
-        [(labels(e), float(sum(p))) for e, (_, _, p) in engines.items()],
-    )
-    counter(
-        "num_accepted_tokens_per_pos",
-        "Accepted tokens per draft position.",
-        [
-            (f'{labels(e)},position="{k}"', float(c))
-            for e, (_, _, p) in engines.items()
-            for k, c in enumerate(p)
-        ],
-    )
-    lines += [
-        "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.",
-        "# TYPE vllm:e2e_request_latency_seconds histogram",
-        f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="+Inf",model_name="{model}"}} 9',
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def scrape(tmp_path: Path, text: str, name: str = "metrics.prom") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+UNCONDITIONAL = np.array([0.7296, 0.5208, 0.3545])  # of drafts, per position
 
 
 @pytest.mark.parametrize(("suffix", "created"), [("_total", True), ("", False)])

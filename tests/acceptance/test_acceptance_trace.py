@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from samples import GAMMA, META, ROUNDS, make_df
 from scipy.special import expit, logit
 
 from dsim.acceptance.replay import TraceAcceptance
@@ -19,28 +20,6 @@ from dsim.acceptance.trace import (
     write_acceptance_trace,
 )
 from dsim.errors import InputError
-
-GAMMA = 3
-ROUNDS = 5
-META = {"target": "t", "drafter": "d", "dataset": "unit", "temperature": 0.0, "command": "pytest"}
-
-
-def make_df(n_seq: int = 4, rounds: int = ROUNDS, gamma: int = GAMMA) -> pd.DataFrame:
-    """conf_1 encodes (sequence, round) so replayed rows can be identified; seq_ids are sparse."""
-    seq = np.repeat(np.arange(n_seq), rounds)
-    rnd = np.tile(np.arange(rounds), n_seq)
-    df = pd.DataFrame(
-        {
-            "seq_id": seq * 10 + 7,
-            "round": rnd,
-            "domain": np.where(seq % 2 == 0, "chat", "code"),
-            "gamma": gamma,
-        }
-    )
-    for k in range(1, gamma + 1):
-        df[f"conf_{k}"] = (seq * rounds + rnd + 1) / 1000.0 + (k - 1) * 0.1
-    df["accepted"] = (seq + rnd) % (gamma + 1)
-    return df
 
 
 def write_raw(tmp_path, df: pd.DataFrame, meta: object = None) -> str:

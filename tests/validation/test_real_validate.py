@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT, run_cli, write_flat_profile
-from test_real import untrained_drafter
+from samples import untrained_drafter
 
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
 from dsim.engine.backend import Simulated

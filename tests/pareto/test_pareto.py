@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from samples import SWEEP_PROFILE as PROFILE
+from samples import TINY
 
 from dsim import cli
 from dsim.errors import InputError
@@ -29,19 +31,6 @@ from dsim.pareto.frontier import (
 )
 from dsim.pareto.pipeline import prepare, run_pareto
 from dsim.pareto.report import sla_section
-
-PROFILE = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-roofline.csv")
-TINY = f"""
-policies = ["mtp1", "dspark"]
-[run]
-trace = "synthetic:rate=4,duration=8,prompt=200,output=48"
-profile = "{PROFILE}"
-gamma = 4
-[load]
-rate_scale = [1, 3]
-[sla]
-anchors = [100, 1000]
-"""
 
 
 def _config(tmp_path: Path, text: str = TINY) -> Path:

@@ -204,7 +204,7 @@ def test_each_tp_gets_its_own_drafter_estimate(monkeypatch, capsys, tmp_path):
     }
 
 
-EAGLE3 = str(Path(__file__).resolve().parent.parent / "profiles/h200-qwen3-8b-eagle3-roofline.csv")
+EAGLE3 = str(ROOT / "profiles/h200-qwen3-8b-eagle3-roofline.csv")
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_the_readme_example_passes_every_check(monkeypatch, capsys, tmp_path):
     passes every input check and searches what the README says: 32 configurations, 2 tiers."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     from readme_plan import example
 
     from dsim.plan import commands

@@ -21,6 +21,7 @@ from dsim.acceptance.synth import write_synthetic_trace
 from dsim.acceptance.trace import read_acceptance_trace
 from dsim.acceptance.vllm_metrics import read_vllm_acceptance
 from dsim.engine.backend import Simulated
+from dsim.errors import Notice
 from dsim.run import run_engine
 from dsim.run_inputs import resolve
 from dsim.run_spec import RunSpec
@@ -127,7 +128,8 @@ def test_expected_curve_is_the_scrapes_under_any_spreads(tmp_path, options, spre
 def test_positions_never_reached_are_said_not_invented(tmp_path, monkeypatch, capsys):
     """Position 3 was reached but never accepted: 4 was never reached. dsim accepts neither."""
     path = known_scrape(tmp_path, np.array([0.8, 0.6, 0.0, 0.0]))
-    source = parse_acceptance(f"vllm:{path}", 4)
+    with pytest.warns(Notice, match="no round reached draft position 4"):
+        source = parse_acceptance(f"vllm:{path}", 4)
     curve = serving_curve(source.latent[0], 1.0, 0.5, n_req=4000, seed=7)[0]
     np.testing.assert_allclose(curve[:3], [0.8, 0.6, 0.0], atol=0.003)
     out = tmp_path / "run"

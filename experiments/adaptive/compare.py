@@ -2,7 +2,7 @@
 fixed K and MTP-1, dense and MoE, on three engines, closed loop at three loads (README.md, the
 comparison's rule); writes compare.md and results.csv beside this file.
 
-    PYTHONPATH=. .venv/bin/python experiments/adaptive/compare.py [--jobs 2]
+    PYTHONPATH=. .venv/bin/python experiments/adaptive/compare.py [--jobs 2] [--redo SETUP POLICY]
 
 Finished points are cached under points/ (not tracked) and read back on a re-run.
 """
@@ -84,8 +84,12 @@ def cells() -> list[tuple[dict, RunSpec]]:
     return out
 
 
-def run(jobs: int) -> pd.DataFrame:
+def run(jobs: int, redo: tuple[str, str] | None = None) -> pd.DataFrame:
+    """Every cell's summary; with `redo` (setup, policy) only those cells are run, and their
+    rows replace the same rows of the committed results.csv (the rest read from it)."""
     todo = cells()
+    if redo is not None:
+        todo = [(lab, spec) for lab, spec in todo if (lab["setup"], lab["policy"]) == redo]
     points = make_points((lab["policy"], LOADS[lab["load"]], spec) for lab, spec in todo)
     start = time.monotonic()
 
@@ -94,6 +98,11 @@ def run(jobs: int) -> pd.DataFrame:
 
     summaries = run_sweep(points, HERE / "points", "local", jobs, progress=progress)
     table = pd.concat([pd.DataFrame([lab for lab, _ in todo]), summaries[COLUMNS]], axis=1)
+    if redo is not None:
+        keys = list(todo[0][0])
+        old = pd.read_csv(HERE / "results.csv", keep_default_na=False).set_index(keys)
+        old.loc[table.set_index(keys).index, COLUMNS] = table.set_index(keys)[COLUMNS]
+        table = old.reset_index()
     table["excluded"] = ""
     for _, part in table.groupby(["setup", "engine", "acceptance"], sort=False):
         table.loc[part.index, "excluded"] = exclusions(part, Sla())
@@ -150,8 +159,11 @@ def report(table: pd.DataFrame) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--redo", nargs=2, metavar=("SETUP", "POLICY"),
+                        help="re-run only these cells (e.g. moe mtp1), the rest read from "
+                        "results.csv")  # fmt: skip
     args = parser.parse_args()
-    table = run(args.jobs)
+    table = run(args.jobs, tuple(args.redo) if args.redo else None)
     write_with(HERE / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
     text = report(table)
     write_with(HERE / "compare.md", lambda tmp: tmp.write_text(text))

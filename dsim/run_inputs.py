@@ -142,7 +142,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         check_gamma(spec.policy, policy.first, spec.gamma)
     with reading("drafter_kind"):
         kind = drafter_kind(spec.policy, spec.drafter_kind)
-    spec = proposed_drafts(spec, policy.first, kind)
+    asked, spec = spec, proposed_drafts(spec, policy.first, kind)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)
     with reading("profile"):
@@ -154,7 +154,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, spec_round)
     return EngineInputs(
-        spec, config, target, draft, shape, policy, spec_warnings(spec, draft.ratio)
+        spec, config, target, draft, shape, policy, spec_warnings(asked, draft.ratio, spec.gamma)
     )
 
 
@@ -168,11 +168,18 @@ def proposed_drafts(spec: RunSpec, policy: Policy, kind: str) -> RunSpec:
     return spec
 
 
-def spec_warnings(spec: RunSpec, draft_ratio: float) -> tuple[str, ...]:
+def spec_warnings(
+    spec: RunSpec, draft_ratio: float, proposed: int | None = None
+) -> tuple[str, ...]:
     """The spec's settings that the run ignores, or that are legal but unlike any real
     deployment, each as one line (docs/design.md, Input limits); `draft_ratio` is its
-    `--draft-cost ratio:X` as read (0 for a drafter profile)."""
+    `--draft-cost ratio:X` as read (0 for a drafter profile), `proposed` the drafts a round
+    the engine runs (`proposed_drafts`)."""
     lines = []
+    if proposed is not None and proposed != spec.gamma:
+        lines.append(f"--gamma {spec.gamma} has no effect on {spec.policy} with an "
+                     f"autoregressive drafter: it drafts {proposed} a round, as an engine set "
+                     f"to {proposed} speculative tokens does")  # fmt: skip
     if spec.sla_tps is not None and not reads_sla(spec.policy):
         lines.append(f"--sla-tps {spec.sla_tps:g} has no effect on policy {spec.policy} "
                      f"(only {sla_users()} read it)")  # fmt: skip

@@ -24,6 +24,7 @@ from dsim.policies.check import check_property
 from dsim.policies.registry import parse_policy
 from dsim.policies.schedule import dspark_lengths
 from dsim.run import simulate
+from dsim.run_inputs import resolve_engine
 from dsim.run_spec import RunSpec
 
 TRACE = "synthetic:rate=40,n=40,prompt=200,output=120"
@@ -112,6 +113,12 @@ def test_a_fixed_length_proposes_its_k_drafts_with_an_autoregressive_drafter(
     assert same == same_as_gamma_k
     if kind == "ar":
         np.testing.assert_allclose(wide.latency_s[decode_only(wide)], 0.015)
+    base = dict(trace=TRACE, profile=prof, acceptance="iid:0.7", draft_cost="0", sched_cost="0")
+    spec = RunSpec(**base, policy="fixed:3", gamma=7, drafter_kind=kind)
+    said = [w for w in resolve_engine(spec).warnings if w.startswith("--gamma 7 has no effect")]
+    assert said == (["--gamma 7 has no effect on fixed:3 with an autoregressive drafter: it "
+                     "drafts 3 a round, as an engine set to 3 speculative tokens does"]
+                    if same_as_gamma_k else [])  # fmt: skip
 
 
 def test_the_policies_see_the_round_cost_in_sps(tmp_path):

@@ -41,7 +41,7 @@ from dsim.policies import (
     Fixed,
     Policy,
     check_gamma,
-    plugin_source,
+    plugin_ref,
     policy_maker,
     reads_sla,
     sla_users,
@@ -328,8 +328,8 @@ def input_files(spec: RunSpec) -> tuple[str, ...]:
     data = _input_files(
         spec.trace, spec.acceptance, spec.gamma, spec.calibration, spec.profile, spec.draft_cost
     )
-    target = plugin_source(spec.policy)
-    return tuple(sorted({*data, *(user_sources(target) if target else ())}))
+    ref = plugin_ref(spec.policy)
+    return tuple(sorted({*data, *(user_sources(ref.target) if ref else ())}))
 
 
 @lru_cache(maxsize=256)

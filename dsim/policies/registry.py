@@ -107,12 +107,6 @@ def plugin_ref(spec: str) -> PluginRef | None:
     return PluginRef.parse(spec)
 
 
-def plugin_source(spec: str) -> str | None:
-    """The module or FILE.py a plug-in spec imports; None for a built-in or no policy at all."""
-    ref = plugin_ref(spec)
-    return ref.target if ref is not None else None
-
-
 def parse_policy(spec: str, sla_tps: float | None = None) -> Policy:
     """A fresh policy object from its name, or a plug-in `module.path:ClassName` /
     `file.py:ClassName` (docs/policies.md)."""

@@ -47,6 +47,15 @@ class Arch:
     window: int = 0  # sliding-window span in tokens (0: every layer attends to all context)
     window_layers: int = 0  # layers attending within `window` (gpt-oss: every other layer)
 
+    def __post_init__(self) -> None:
+        """A shape whose layer counts overlap (more windowed or dense layers than layers) would
+        price negative attention or KV: refuse it where it is built."""
+        if not (0 <= self.window_layers <= self.layers and 0 <= self.dense_layers <= self.layers):
+            raise ValueError(
+                f"{self.name}: {self.layers} layers cannot hold {self.window_layers} windowed "
+                f"and {self.dense_layers} dense ones"
+            )
+
     @classmethod
     def kv_cache(cls, name: str, layers: int, kv_heads: int, head_dim: int) -> Arch:
         """A dense decoder known by its KV cache's shape alone (a profile sidecar's

@@ -104,13 +104,16 @@ def get_draft_model(name: str) -> DraftModel:
 
 
 def draft_arch(draft: DraftModel, arch: Arch) -> Arch:
-    """The drafter's decoder layers as an `Arch` (its vocabulary is its LM head's)."""
+    """The drafter's decoder layers as an `Arch` (its vocabulary is its LM head's). They attend
+    to the whole context (no drafter of a sliding-window target says otherwise): the dearer
+    reading, and a drafter of one layer cannot carry the target's count of windowed layers."""
     vocab = draft.draft_vocab or arch.vocab
+    full = dict(window=0, window_layers=0)
     if draft.body == "target":  # one layer of the target itself: MoE if the target's are
-        return replace(arch, layers=draft.layers, dense_layers=0, vocab=vocab)
+        return replace(arch, layers=draft.layers, dense_layers=0, vocab=vocab, **full)
     dense = dict(experts=0, top_k=0, expert_intermediate=0, shared_experts=0, dense_layers=0)
     mla = dict(q_lora_rank=0, kv_lora_rank=0, qk_nope_dim=0, qk_rope_dim=0, v_head_dim=0)
-    return replace(arch, layers=draft.layers, vocab=vocab, **dense, **mla)
+    return replace(arch, layers=draft.layers, vocab=vocab, **dense, **mla, **full)
 
 
 def _extras(draft, arch: Arch, body: Arch, par: Parallel, gpu, fit, n, r) -> dict:

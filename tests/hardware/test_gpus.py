@@ -4,6 +4,8 @@ in closed form, refusals in one line, and the window's pairs and KV in closed fo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -178,6 +180,14 @@ def test_gpt_oss_architecture_from_its_config(name, layers, experts, total):
     )
     assert (arch.window, arch.window_layers, arch.kv_layers) == (128, layers // 2, layers // 2)
     assert arch.param_counts()[0] == pytest.approx(total, rel=0.002)
+
+
+@pytest.mark.parametrize("field", ["window_layers", "dense_layers"])
+def test_a_shape_with_more_special_layers_than_layers_is_refused(field):
+    """Windowed or dense layers beyond the layer count would price negative attention or KV."""
+    arch = zoo.load_arch("gpt-oss-20b")
+    with pytest.raises(ValueError, match="cannot hold"):
+        dataclasses.replace(arch, layers=1, **{field: 2})
 
 
 def test_near_miss_gpt_oss_names_are_suggested():

@@ -236,7 +236,7 @@ def check_runs_on(engine: str, gpu: str, vendor: str) -> None:
 
 def get_engine(name: str, gpu: str | None = None) -> Engine:
     """The preset of `name` on `gpu` (InputError listing the names when unknown)."""
-    from dsim.hardware import engine_fit, gpu_fit, round_fit
+    from dsim.hardware import engine_fit, gpu_fit, proposer_host_fit, round_fit
 
     key = name.lower()
     if key not in ENGINES:
@@ -258,6 +258,11 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
     fit, rounds = engine_fit.presets(), round_fit.spec_rounds()
     common = dict(custom_allreduce=True, graphs=graphs(key, gpu))
     if key in ("vllm", "vllm-0.8"):
+        spec_round, spec_source = (
+            (rounds["vllm-0.8"], round_fit.SOURCES["vllm-0.8"])
+            if key == "vllm-0.8"
+            else proposer_host_fit.current_round()
+        )
         fitted = "vLLM 0.8.4 (V1)" + (
             ", host work overlapped (async scheduling)" if key == "vllm" else ""
         )
@@ -267,10 +272,9 @@ def get_engine(name: str, gpu: str | None = None) -> Engine:
             fitted,
             fit[key],
             _vllm_scheduling(gpu),
-            spec_round=rounds["vllm-0.8"],
+            spec_round=spec_round,
             ragged=ragged_prior("piecewise" if key == "vllm" else "same"),
-            spec_round_source=round_fit.SOURCES["vllm-0.8"]
-            + ("" if key == "vllm-0.8" else "; current vLLM takes them as they are (a transfer)"),
+            spec_round_source=spec_source,
             **common,
         )
     if key == "sglang":

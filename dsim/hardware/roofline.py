@@ -19,7 +19,7 @@ import pandas as pd
 
 from dsim.checks import check_number
 from dsim.errors import InputError
-from dsim.hardware import engine_fit, gpu_fit, memory, round_fit, zoo
+from dsim.hardware import engine_fit, gpu_fit, memory, proposer_host_fit, round_fit, zoo
 from dsim.hardware.arch import Arch, Parallel, check_parallel, kv_bytes_per_token
 from dsim.hardware.attention import record as attention_record
 from dsim.hardware.dtypes import ESTIMATE_WEIGHTS
@@ -318,6 +318,7 @@ def roofline_profile(
         **({"collectives": price.reduce.record()} if tp > 1 and preset.custom_allreduce else {}),
         "engine_fit": engine_fit.record(),
         "round_fit": round_fit.record(),
+        "proposer_host_fit": proposer_host_fit.record(),
         "grid": {
             "verify": "num_seqs R in 1..512 (powers of 2) x 1..8 tokens each x context_len",
             "prefill": "batch_tokens P over num_seqs prompts, chunks of P/num_seqs ending at "

@@ -11,6 +11,7 @@ acceptance and spreads, fixed 800/600-token requests.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -88,6 +89,9 @@ def orderings(results: dict, key: str) -> list[str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="prediction.md", help="beside this script")
+    out = DIR / parser.parse_args().out
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -116,7 +120,7 @@ def main() -> None:
         lines += ["", f"## {name} (`{key}`)", "", *table(results, key), "", "Ordering (mean):"]
         lines += orderings(results, key)
     text = "\n".join(lines) + "\n"
-    write_with(DIR / "prediction.md", lambda f: Path(f).write_text(text))
+    write_with(out, lambda f: Path(f).write_text(text))
     print(text)
 
 

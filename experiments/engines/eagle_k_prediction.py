@@ -15,6 +15,7 @@ family over a. No published speed-up was read for it; it is judged by the lead.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 from datetime import UTC, datetime
@@ -53,6 +54,9 @@ def speedups(engine: str) -> dict[float, list[float]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="eagle_k_prediction.md", help="beside this script")
+    out = DIR / parser.parse_args().out
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -79,7 +83,7 @@ def main() -> None:
             cells = " | ".join(f"{s:.2f}" for s in row)
             lines.append(f"| {a} | {cells} | {best} |")
         lines.append("")
-    write_with(DIR / "eagle_k_prediction.md", lambda p: p.write_text("\n".join(lines) + "\n"))
+    write_with(out, lambda p: p.write_text("\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":

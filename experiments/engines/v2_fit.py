@@ -21,7 +21,7 @@ import pandas as pd
 
 from dsim.cpu import cpu_name
 from dsim.fileio import write_with
-from dsim.hardware import engine_fit, moe, round_fit
+from dsim.hardware import engine_fit, moe, proposer_host_fit, round_fit
 from dsim.hardware.gpu_model import SpecRound
 
 DIR = Path(__file__).resolve().parent
@@ -111,7 +111,11 @@ def terms_table() -> list[str]:
             and min(abs(t.moe_gemm_scale - b) for b in moe.SCALE_RANGE) < 1e-9
         ):
             at_bound.append(f"{name} ({t.moe_gemm_scale:.3f})")
-        r = rounds.get(name, rounds["vllm-0.8"] if name == "vllm" else rounds["sglang"])
+        r = (
+            proposer_host_fit.current_round()[0]
+            if name == "vllm"
+            else rounds.get(name, rounds["sglang"])
+        )
         lines.append(
             f"| {name} | {t.per_step_s * 1e3:.3f} | {t.per_seq_s * 1e6:.1f} | "
             f"{t.overlap_step_s * 1e3:.3f} | {t.overlap_seq_s * 1e6:.1f} | "
@@ -120,8 +124,9 @@ def terms_table() -> list[str]:
         )
     lines += [
         "",
-        "`vllm` (current) takes `vllm-0.8`'s host work as overlapped and its round "
-        "terms (a transfer); `trtllm` takes SGLang's round terms (no speculative row). The "
+        "`vllm` (current) takes `vllm-0.8`'s host work as overlapped (a transfer) and its "
+        "per_round; its host per proposer step is its own (addendum 5, below); `trtllm` "
+        "takes SGLang's round terms (no speculative row). The "
         "MoE grouped-GEMM scale multiplies the kernels' published bandwidth efficiency "
         f"(range {moe.SCALE_RANGE[0]:.3f}-{moe.SCALE_RANGE[1]:.3f}, docs/engine-priors.md f); "
         "`trtllm` and `vllm` have no MoE row and take the prior unscaled. At its bound: "
@@ -277,12 +282,45 @@ def verdicts(plain: dict, spec: dict) -> list[str]:
     return lines
 
 
+def addendum5_section() -> list[str]:
+    """Current vLLM's host time per proposer step on the P-EAGLE rows (addendum 5)."""
+    res = proposer_host_fit.result()
+    verdict = "adopted" if res.adopted else "**not adopted** (the transfer stays)"
+    lines = ["## Current vLLM's host time per proposer step (addendum 5)", ""]
+    lines += [
+        f"Fitted on the concurrency-1 rows E22, E29, E36 ({proposer_host_fit.SOURCE}; "
+        "gpt-oss-20b, one B200, vLLM >= 0.16): "
+        f"**{res.host_s * 1e3:.3f} ms** per proposer step (each benchmark alone: "
+        + ", ".join(f"{b} {v * 1e3:.3f} ms" for b, v in res.by_benchmark_s.items())
+        + f"), against the transfer from vLLM 0.8-0.10 ({res.transfer_s * 1e3:.3f} ms). "
+        f"In sample median |error| {pct(res.fitted_median)}; the 18 evaluation rows "
+        f"(c = 2..64) {pct(res.eval_median)} against {pct(res.transfer_eval_median)} with the "
+        f"transfer. Rule (item 5): {verdict}. `E3 K3/K7` is EAGLE-3's TPS at K = 3 over "
+        "K = 7 (the post: above 1), `P K7/K3` P-EAGLE's at K = 7 over K = 3 (the post: above "
+        "1), both under the fitted term.",
+        "",
+        "| row | benchmark | c | fitted | measured P/E | predicted | error | with the transfer "
+        "| error | E3 K3/K7 | P K7/K3 |",
+        "| --- " * 11 + "|",
+    ]
+    for r in res.table:
+        lines.append(
+            f"| {r['row']} | {r['benchmark']} | {r['concurrency']} | "
+            f"{'yes' if r['fitted'] else ''} | {r['measured']:.2f} | {r['predicted']:.3f} | "
+            f"{pct(r['error'])} | {r['transfer_predicted']:.3f} | {pct(r['transfer_error'])} | "
+            f"{r['eagle3_k3_over_k7']:.3f} | {r['peagle_k7_over_k3']:.3f} |"
+        )
+    lines.append("")
+    return lines
+
+
 def main() -> None:
     v1, part1 = v1_errors(), part1_errors()
     plain_lines, plain = plain_section(v1, part1)
     spec_lines, spec = spec_section(v1, part1)
     assert all(isinstance(t, SpecRound) for t in spec["terms"].values())
     lines = header() + verdicts(plain, spec) + terms_table() + plain_lines + spec_lines
+    lines += addendum5_section()
     write_with(DIR / "v2_fit.md", lambda p: p.write_text("\n".join(lines) + "\n"))
 
 

@@ -171,12 +171,16 @@ def test_an_older_estimate_with_a_per_pass_constant_is_refused(tmp_path, monkeyp
 
 
 def test_presets_round_terms_by_version():
-    """Each version's terms are >= 0 and name their source; current vLLM takes vLLM 0.8's,
+    """Each version's terms are >= 0 and name their source; current vLLM takes vLLM 0.8's
+    per_round and its own host time per proposer step (addendum 5), below vLLM 0.8's;
     TensorRT-LLM borrows SGLang's; the 2023 preset and GPU-only have none."""
     sglang, vllm08 = get_engine("sglang"), get_engine("vllm-0.8")
     for engine in (sglang, vllm08):
         assert engine.spec_round.per_round_s >= 0 and engine.spec_round.host_pass_s > 0
-    assert get_engine("vllm").spec_round == vllm08.spec_round
+    current = get_engine("vllm")
+    assert current.spec_round.per_round_s == vllm08.spec_round.per_round_s
+    assert 0 < current.spec_round.host_pass_s < vllm08.spec_round.host_pass_s
+    assert "addendum 5" in current.spec_round_source
     trtllm = get_engine("trtllm")
     assert trtllm.spec_round == sglang.spec_round and "borrowed" in trtllm.spec_round_source
     for name in ("vllm-2023", "gpu-only"):
@@ -184,7 +188,7 @@ def test_presets_round_terms_by_version():
         assert engine.spec_round == SpecRound() and engine.ragged.penalty == 0.0
     scaled = get_engine("vllm").record(0.5)
     assert scaled["spec_round"]["terms_s"]["host_pass_s"] == pytest.approx(
-        0.5 * vllm08.spec_round.host_pass_s
+        0.5 * current.spec_round.host_pass_s
     )
 
 

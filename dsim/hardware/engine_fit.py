@@ -34,7 +34,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from dsim.hardware import gpu_fit, memory, moe
-from dsim.hardware.arch import Parallel
+from dsim.hardware.arch import Parallel, expected_experts
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.graph_priors import graphs
 from dsim.hardware.pricing import Pricing, pricing
@@ -202,12 +202,17 @@ def gpu_costs(setup: str, version: str, tokens, seqs, context, prefill) -> dict:
 
 
 def moe_memory_s(setup: str, version: str, tokens: float) -> float:
-    """A step's grouped-GEMM memory seconds at scale 1 over its MoE layers, at the tokens the
-    engine's graphs run: what the engine's scale divides (`moe.gemm_memory_seconds`)."""
+    """A plain decode step's grouped-GEMM memory seconds at scale 1 over its MoE layers (one
+    token a request), at the tokens the engine's graphs run: what the engine's scale divides
+    (`moe.gemm_memory_seconds`)."""
     price = setup_pricing(setup, version)
     n = np.array([tokens])
     run = n if price.graphs is None else price.graphs.padded(n, n, np.array([False]))
-    one = moe.gemm_memory_seconds(price.arch, price.par, price.gpu, run) if price.arch.moe else 0
+    if not price.arch.moe:
+        return 0.0
+    arch = price.arch
+    touched = expected_experts(arch.experts, arch.top_k, n, n, independent=run - n)  # plain
+    one = moe.gemm_memory_seconds(price.arch, price.par, price.gpu, run, touched)
     return float(price.arch.moe_layers * np.asarray(one).sum())
 
 

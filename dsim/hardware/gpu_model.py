@@ -27,6 +27,7 @@ from dsim.hardware.arch import (
     ACT_BYTES,
     Arch,
     Parallel,
+    expected_experts,
     kv_heads_per_gpu,
     layer_linears,
 )
@@ -532,6 +533,7 @@ def step_parts(
     moe_scale: float = 1.0,
     fusion: Fusion = UNFUSED,
     attention: AttentionKernel | None = None,
+    routed_tokens: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Seconds by component of one step on one GPU of the replica, without the step overhead:
     an MoE layer's parts at the engine's grouped-GEMM scale `moe_scale`, elementwise kernels as
@@ -541,7 +543,9 @@ def step_parts(
     Verify/decode rows: `tokens` B over `seqs` R, each reading `context` C of KV; every token
     needs logits. Prefill rows: `tokens` P over `seqs` prompts, chunks of n = P/R ending at
     context C (causal: each chunk scores n*(C - (n-1)/2) pairs); only the last token of each
-    prompt needs logits (vLLM).
+    prompt needs logits (vLLM). `routed_tokens`: the requests' own tokens among `tokens`
+    (default all), consecutive per sequence; the rest are a graph's padding rows, routed each
+    on its own as before (`arch.expected_experts`; `step_costs`).
     """
     n = np.asarray(tokens, np.float64)
     r = np.asarray(seqs, np.float64)
@@ -558,7 +562,13 @@ def step_parts(
             for key, value in layer_time(arch, par, gpu, fit, n, dense, fusion).items():
                 parts[key] = parts[key] + count * value
     price = partial(elementwise_time, fit, gpu)
-    for key, value in moe.layer_parts(arch, par, gpu, fit, n, moe_scale, price).items():
+    routed = n if routed_tokens is None else np.asarray(routed_tokens, np.float64)
+    touched = (
+        expected_experts(arch.experts, arch.top_k, routed, r, independent=n - routed)
+        if arch.moe
+        else routed
+    )
+    for key, value in moe.layer_parts(arch, par, gpu, fit, n, touched, moe_scale, price).items():
         parts[key] = arch.moe_layers * value
     parts["attention"] = sum(
         layers * attention_time(arch, par, gpu, fit, kv, p, pre, kernel)
@@ -600,7 +610,9 @@ def step_costs(
     run = n if graphs is None else graphs.padded(n, seqs, prefill)
     setup = (arch, par, gpu, fit, allreduce)
     kernels = {"moe_scale": overhead.moe_gemm_scale, "fusion": fusion, "attention": attention}
-    gpu_s = sum(step_parts(*setup, run, seqs, context, prefill, **kernels).values())
+    gpu_s = sum(
+        step_parts(*setup, run, seqs, context, prefill, **kernels, routed_tokens=n).values()
+    )
     padding = np.zeros_like(gpu_s)
     if graphs is not None:
         padding = gpu_s - sum(step_parts(*setup, n, seqs, context, prefill, **kernels).values())

@@ -10,9 +10,10 @@ module prices is what the engine's fused-MoE path launches after it:
   grouped GEMM's input (SiLU-and-mul is an elementwise operator of the layer, priced there);
 - `moe_gemm`: the two grouped GEMMs (w13 then w2), each `latency + max(flops / (flop_frac x
   peak), bytes / (eta x scale x bandwidth))`: the weights of the experts the step touches
-  (`arch.expert_weights`), the tokens padded per expert to the kernel's block M, at the
-  bandwidth efficiency `eta` of the expert slice's width (published kernel benchmarks) times
-  the engine version's fitted `scale` (`engine_fit`);
+  (`arch.expert_weights`: consecutive tokens of one sequence share experts), the tokens
+  padded per expert to the kernel's block M, at the bandwidth efficiency `eta` of the expert
+  slice's width (published kernel benchmarks) times the engine version's fitted `scale`
+  (`engine_fit`);
 - `moe_a2a`: with expert parallelism, dispatch and combine at their bytes over NVLink (each
   GPU sends its 1/ep share of the tokens to the experts on the other GPUs), in place of the
   layer's all-reduce after the MLP.
@@ -25,7 +26,14 @@ from typing import Protocol
 
 import numpy as np
 
-from dsim.hardware.arch import ACT_BYTES, Arch, Parallel, expected_experts, expert_weights
+from dsim.hardware.arch import (
+    ACT_BYTES,
+    ROUTING_OVERLAP,
+    ROUTING_OVERLAP_RANGE,
+    Arch,
+    Parallel,
+    expert_weights,
+)
 
 
 class Gpu(Protocol):
@@ -76,6 +84,8 @@ def record() -> dict:
         "block_m": list(BLOCK_M),
         "a2a_link_frac": A2A_LINK_FRAC,
         "a2a_latency_s": A2A_LATENCY_S,
+        "routing_overlap": ROUTING_OVERLAP,
+        "routing_overlap_range": list(ROUTING_OVERLAP_RANGE),
         "source": "docs/engine-priors.md, section f",
     }
 
@@ -86,11 +96,11 @@ def slice_eta(width: float) -> float:
     return float(np.interp(np.log2(width), np.log2(w), eta))
 
 
-def padded_tokens(arch: Arch, par: Parallel, tokens: np.ndarray) -> np.ndarray:
-    """Rows one GPU's grouped GEMM computes: each touched local expert's tokens rounded up to
-    the block M (uniform routing: the mean per expert)."""
+def padded_tokens(arch: Arch, par: Parallel, tokens: np.ndarray, touched: np.ndarray) -> np.ndarray:
+    """Rows one GPU's grouped GEMM computes: each of the `touched` experts' tokens (its local
+    share) rounded up to the block M (the mean per touched expert)."""
     n = np.asarray(tokens, np.float64)
-    touched = expected_experts(arch.experts, arch.top_k, n) / par.ep
+    touched = np.asarray(touched, np.float64) / par.ep
     per_expert = n * arch.top_k / par.ep / np.maximum(touched, 1e-12)
     block = np.where(n <= arch.experts, *BLOCK_M)
     return touched * block * np.ceil(per_expert / block)
@@ -103,26 +113,34 @@ def gemm_shapes(arch: Arch, par: Parallel) -> tuple[float, list[tuple[int, float
     return width, [(arch.hidden, up * width), (width, arch.hidden)]
 
 
-def gemm_memory_seconds(arch: Arch, par: Parallel, gpu: Gpu, tokens: np.ndarray) -> np.ndarray:
+def gemm_memory_seconds(
+    arch: Arch, par: Parallel, gpu: Gpu, tokens: np.ndarray, touched: np.ndarray
+) -> np.ndarray:
     """The grouped GEMMs' memory time at scale 1 (weights and activations over eta x
     bandwidth): what the engine's scale divides (`engine_fit`)."""
     n = np.asarray(tokens, np.float64)
     width, shapes = gemm_shapes(arch, par)
-    params = expert_weights(arch, par, n)
+    params = expert_weights(arch, par, touched)
     rows = n * arch.top_k / par.ep
     act = sum(rows * (d_in + d_out) * ACT_BYTES for d_in, d_out in shapes)
     return (params * par.weight_bytes + act) / (slice_eta(width) * gpu.bandwidth)
 
 
 def gemm_seconds(
-    arch: Arch, par: Parallel, gpu: Gpu, fit: KernelFit, tokens: np.ndarray, scale: float
+    arch: Arch,
+    par: Parallel,
+    gpu: Gpu,
+    fit: KernelFit,
+    tokens: np.ndarray,
+    touched: np.ndarray,
+    scale: float,
 ) -> np.ndarray:
     """Both grouped GEMMs: latency + max(compute on the padded rows, memory / scale); each
     GEMM's share of the memory time is its share of the weights."""
     width, shapes = gemm_shapes(arch, par)
     peak = gpu.peak(par.dtype)
-    rows = padded_tokens(arch, par, tokens)
-    memory = gemm_memory_seconds(arch, par, gpu, tokens) / scale
+    rows = padded_tokens(arch, par, tokens, touched)
+    memory = gemm_memory_seconds(arch, par, gpu, tokens, touched) / scale
     total = sum(d_in * d_out for d_in, d_out in shapes)
     out = 0.0
     for d_in, d_out in shapes:
@@ -162,16 +180,18 @@ def layer_parts(
     gpu: Gpu,
     fit: KernelFit,
     tokens: np.ndarray,
+    touched: np.ndarray,
     scale: float,
     elementwise: Callable[[np.ndarray], np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """Seconds of one MoE layer's parts (PARTS) on one GPU for a step of `tokens` tokens;
+    """Seconds of one MoE layer's parts (PARTS) on one GPU for a step of `tokens` rows that
+    touches `touched` distinct experts (`arch.expected_experts`);
     `elementwise` prices a small kernel by its bytes (the step model's elementwise rule); zero
     for a dense model."""
     if not arch.moe:
         return dict.fromkeys(PARTS, np.zeros_like(np.asarray(tokens, np.float64)))
     return {
         "moe_kernels": ALIGN_S + sum(elementwise(b) for b in kernel_bytes(arch, par, tokens)),
-        "moe_gemm": gemm_seconds(arch, par, gpu, fit, tokens, scale),
+        "moe_gemm": gemm_seconds(arch, par, gpu, fit, tokens, touched, scale),
         "moe_a2a": a2a_seconds(arch, par, gpu, tokens),
     }

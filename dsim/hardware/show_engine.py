@@ -122,6 +122,17 @@ def priors(meta: dict) -> Group | None:
                 f"{figure(prior['a2a_latency_s'] * 1e6)} us each: {prior['source']}"
             )
         )
+        if "routing_overlap" in prior:
+            low, high = prior["routing_overlap_range"]
+            lines.append(
+                Text(
+                    f"- MoE routing locality: a token shares {prior['routing_overlap']:g} of its "
+                    f"top-k experts with the previous token of its sequence (range {low} to "
+                    f"{high:g}; GLM-4.7-Flash's router, measured: a transfer to this model), so a "
+                    "verify step's 1 + K tokens a request read fewer experts than independent "
+                    "tokens (docs/engine-v2-rules.md, addendum 6)"
+                )
+            )
     lines += kernel_priors(meta)
     return Group(*lines)
 

@@ -337,6 +337,7 @@ def test_profile_show_prints_the_engines_step_and_round_parts_and_priors(
             f"{plain['max_abs_error']:.1%} over {plain['n']} published rows") in text  # fmt: skip
     assert "decode attention: FlashAttention" in text and "(range 0.45-0.83" in text
     assert "- MoE: grouped-GEMM bandwidth efficiency by expert slice width" in text
+    assert "- MoE routing locality: a token shares 0.257 of its top-k experts" in text
     meta = json.loads(out.with_suffix(".json").read_text())
     for parts in meta["breakdown_ms"].values():
         gpu = sum(parts[k] for k in ("linear", "elementwise", "attention", "lm_head", "allreduce",

@@ -26,7 +26,8 @@ QWEN = zoo.load_arch("qwen3-30b-a3b")
 def parts(arch: Arch, par: Parallel, tokens, scale: float = 1.0) -> dict[str, np.ndarray]:
     n = np.atleast_1d(np.asarray(tokens, np.float64))
     price = partial(elementwise_time, CAL.kernels, GPU)
-    return moe.layer_parts(arch, par, GPU, CAL.kernels, n, scale, price)
+    touched = expected_experts(arch.experts, arch.top_k, n, n)  # a token a request
+    return moe.layer_parts(arch, par, GPU, CAL.kernels, n, touched, scale, price)
 
 
 def test_one_expert_touched_costs_its_bytes_at_the_slice_efficiency_plus_two_latencies():
@@ -34,12 +35,13 @@ def test_one_expert_touched_costs_its_bytes_at_the_slice_efficiency_plus_two_lat
     slice is 768/2 wide, and each GEMM is memory-bound: latency + bytes / (eta x scale x W)."""
     arch = replace(QWEN, top_k=1)
     par, scale = Parallel(tp=2), 0.8
-    assert expected_experts(arch.experts, 1, np.array([1.0]))[0] == pytest.approx(1.0)
+    one = np.array([1.0])
+    assert expected_experts(arch.experts, 1, one, one)[0] == pytest.approx(1.0)
     w = arch.expert_intermediate / 2
     weights = 3 * arch.hidden * w * par.weight_bytes
     acts = ((arch.hidden + 2 * w) + (w + arch.hidden)) * ACT_BYTES
     want = 2 * moe.GEMM_LATENCY_S + (weights + acts) / (moe.slice_eta(w) * scale * GPU.bandwidth)
-    got = moe.gemm_seconds(arch, par, GPU, CAL.kernels, np.array([1.0]), scale)
+    got = moe.gemm_seconds(arch, par, GPU, CAL.kernels, one, one, scale)  # one expert
     assert got[0] == pytest.approx(want, rel=1e-12)
     assert parts(arch, par, 1.0, scale)["moe_gemm"][0] == pytest.approx(want, rel=1e-12)
 
@@ -55,11 +57,11 @@ def test_the_slice_efficiency_is_the_published_points_and_flat_beyond_them():
 
 def test_distinct_experts_and_padded_rows_never_fall_as_tokens_grow():
     n = np.arange(1.0, 4097.0)
-    touched = expected_experts(QWEN.experts, QWEN.top_k, n)
+    touched = expected_experts(QWEN.experts, QWEN.top_k, n, n)
     assert np.all(np.diff(touched) >= 0) and np.all(np.diff(touched[:256]) > 0)
     assert touched[-1] <= QWEN.experts
     assert touched[0] == pytest.approx(QWEN.top_k)  # one token: its k experts
-    rows = moe.padded_tokens(QWEN, Parallel(), n)
+    rows = moe.padded_tokens(QWEN, Parallel(), n, touched)
     assert np.all(np.diff(rows) >= -1e-9) and np.all(rows >= n * QWEN.top_k - 1e-9)
     # block M 16 up to as many tokens as experts, 64 beyond: one token pads its 8 experts to 16
     assert rows[0] == pytest.approx(QWEN.top_k * 16)
@@ -116,7 +118,7 @@ def test_qwen3_30b_a3b_on_one_h200_pays_gpu_work_not_a_borrowed_moe_constant():
         costs = price.costs(engine.terms, *shape)
         got = price.parts(*shape, engine.terms.moe_gemm_scale)
         moe_s = sum(float(got[k][0]) for k in moe.PARTS)
-        touched = float(expected_experts(QWEN.experts, QWEN.top_k, np.array([n]))[0])
+        touched = float(expected_experts(QWEN.experts, QWEN.top_k, np.array([n]), np.array([n]))[0])
         weights = touched * 3 * QWEN.hidden * QWEN.expert_intermediate * 2  # bf16 bytes
         per_layer = moe.ALIGN_S + 2 * moe.GEMM_LATENCY_S + 2 * 1e-5  # + two small kernels
         bound = QWEN.moe_layers * (per_layer + weights / (moe.ETA_BY_WIDTH[1][1] * GPU.bandwidth))

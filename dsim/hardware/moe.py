@@ -185,9 +185,8 @@ def layer_parts(
     elementwise: Callable[[np.ndarray], np.ndarray],
 ) -> dict[str, np.ndarray]:
     """Seconds of one MoE layer's parts (PARTS) on one GPU for a step of `tokens` rows that
-    touches `touched` distinct experts (`arch.expected_experts`);
-    `elementwise` prices a small kernel by its bytes (the step model's elementwise rule); zero
-    for a dense model."""
+    touches `touched` distinct experts (`arch.expected_experts`); `elementwise` prices a small
+    kernel by its bytes (the step model's elementwise rule); zero for a dense model."""
     if not arch.moe:
         return dict.fromkeys(PARTS, np.zeros_like(np.asarray(tokens, np.float64)))
     return {

@@ -282,7 +282,7 @@ def verdicts(plain: dict, spec: dict) -> list[str]:
     return lines
 
 
-def addendum5_section() -> list[str]:
+def proposer_host_section() -> list[str]:
     """Current vLLM's host time per proposer step on the P-EAGLE rows (addendum 5)."""
     res = proposer_host_fit.result()
     verdict = "adopted" if res.adopted else "**not adopted** (the transfer stays)"
@@ -320,7 +320,7 @@ def main() -> None:
     spec_lines, spec = spec_section(v1, part1)
     assert all(isinstance(t, SpecRound) for t in spec["terms"].values())
     lines = header() + verdicts(plain, spec) + terms_table() + plain_lines + spec_lines
-    lines += addendum5_section()
+    lines += proposer_host_section()
     write_with(DIR / "v2_fit.md", lambda p: p.write_text("\n".join(lines) + "\n"))
 
 

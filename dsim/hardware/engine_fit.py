@@ -212,8 +212,8 @@ def moe_memory_s(setup: str, version: str, tokens: float) -> float:
         return 0.0
     arch = price.arch
     touched = expected_experts(arch.experts, arch.top_k, n, n, independent=run - n)  # plain
-    one = moe.gemm_memory_seconds(price.arch, price.par, price.gpu, run, touched)
-    return float(price.arch.moe_layers * np.asarray(one).sum())
+    one = moe.gemm_memory_seconds(arch, price.par, price.gpu, run, touched)
+    return float(arch.moe_layers * np.asarray(one).sum())
 
 
 def _b200_row(i: int) -> PlainRow:

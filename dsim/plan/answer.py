@@ -25,6 +25,7 @@ class Answer:
     rate: float  # req/s served there (NaN: none)
     tok_s: float  # output tok/s there, mean over seeds
     closest: tuple[float, str]  # (shortfall, what is missed) at the lowest load run
+    usage: float = math.nan  # the tightest bound's share of its limit there, worst seed
 
     @property
     def load(self) -> float:
@@ -56,7 +57,8 @@ def answer(curve: Curve, tier: Tier, seeds: int, closed: bool) -> Answer:
         return Answer(tier, curve, None, math.nan, math.nan, miss)
     rows = curve.runs[best]
     rate = _mean(rows, "request_throughput_req_s") if closed else curve.loads[best]
-    return Answer(tier, curve, best, rate, _mean(rows, "throughput_tok_s"), miss)
+    usage = max(tier.usage(r) for r in rows)
+    return Answer(tier, curve, best, rate, _mean(rows, "throughput_tok_s"), miss, usage)
 
 
 def _drafter(draft_cost: str) -> str:
@@ -67,8 +69,9 @@ def _drafter(draft_cost: str) -> str:
 
 def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.DataFrame:
     """One row per tier and configuration, best first within each tier: by GPUs for the
-    target rate when there is one, else by rate per GPU; those that miss the tier after, the
-    closest first."""
+    target rate when there is one, else by rate per GPU, and among equals (the grid's load
+    steps make ties) the one further inside its tightest bound there; those that miss the tier
+    after, the closest first."""
     rows = []
     for a in answers:
         c = a.curve.config
@@ -82,7 +85,7 @@ def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.D
             "max_load": a.load, "step": a.step, "at_bracket_top": a.at_top,
             "rate_req_s": a.rate, "rate_per_gpu": a.rate / c.gpus,
             "tok_s": a.tok_s, "tok_s_per_gpu": a.tok_s / c.gpus,
-            "copies_for_target": copies,
+            "bound_usage": a.usage, "copies_for_target": copies,
             "gpus_for_target": None if copies is None else copies * c.gpus,
             "within_budget": copies is not None and copies * c.gpus <= budget,
             "shortfall": a.closest[0], "misses_at_lowest_load": a.closest[1],
@@ -93,6 +96,7 @@ def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.D
         "unmet": ~df["met"],
         "gpus": df["gpus_for_target"].astype(float) if target_rate else 0.0,
         "per_gpu": -df["rate_per_gpu"],
+        "usage": df["bound_usage"],  # equal loads: the most room left first
         "shortfall": df["shortfall"],  # a tier's unmet configurations: the closest first
     })  # fmt: skip
     order = rank.sort_values(list(rank.columns), kind="stable", na_position="last").index
@@ -101,7 +105,8 @@ def table(answers: list[Answer], target_rate: float | None, budget: int) -> pd.D
 
 def winner(rows: pd.DataFrame, target_rate: float | None) -> pd.Series | None:
     """A tier's best row (`rows` in `table` order): the fewest GPUs for the target within the
-    budget, else the most rate per GPU; None when no configuration meets the tier."""
+    budget, else the most rate per GPU, then the most room inside the tier's tightest bound;
+    None when no configuration meets the tier."""
     met = rows[rows["met"]]
     if target_rate:
         met = met[met["within_budget"]]

@@ -5,6 +5,7 @@ closest configuration when none meets the tier), written together."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,12 +110,14 @@ def _tier(rows: pd.DataFrame, tier: Tier, configs: dict, about: About) -> list[s
 
 def _ranked(rows: pd.DataFrame, about: About) -> list[str]:
     head = ["configuration", "GPUs", f"max load ({about.load_unit})", "step", "req/s/GPU",
-            "tok/s/GPU"] + (["GPUs for target"] if about.target_rate else [])  # fmt: skip
+            "tok/s/GPU", "tightest bound"]  # fmt: skip
+    head += ["GPUs for target"] if about.target_rate else []
     cells = []
     for _, r in rows.head(TOP_ROWS).iterrows():
         step = f"{r['step']:.1%}" if pd.notna(r["step"]) else ""
+        used = f"{r['bound_usage']:.0%}" if 0 < r["bound_usage"] < math.inf else ""
         line = [r["config"], str(r["gpus"]), figure(r["max_load"]), step,
-                figure(r["rate_per_gpu"]), figure(r["tok_s_per_gpu"])]  # fmt: skip
+                figure(r["rate_per_gpu"]), figure(r["tok_s_per_gpu"]), used]  # fmt: skip
         if about.target_rate:
             line.append("" if pd.isna(r["gpus_for_target"]) else str(int(r["gpus_for_target"])))
         cells.append(line)

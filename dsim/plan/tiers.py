@@ -23,18 +23,24 @@ class Tier:
         """Stable (the overload rule) and every bound kept."""
         return not bool(summary["unstable"]) and not self.sla.missed(summary)
 
-    def shortfall(self, summary: dict) -> float:
-        """How far `summary` is from the tier: the largest factor by which a bound is missed
-        (1 or less: met; inf: unstable or unmeasured)."""
+    def usage(self, summary: dict) -> float:
+        """The tightest bound's share of its limit at `summary` (value / limit for a ceiling,
+        limit / value for a floor): below 1 leaves room, above 1 misses by that factor; 0 for
+        a tier of stability alone; inf when unstable or unmeasured."""
         if bool(summary["unstable"]):
             return math.inf
-        worst = 1.0
+        worst = 0.0
         for b in self.sla.bounds:
             value = float(summary[b.key])
             if math.isnan(value) or value <= 0:
                 return math.inf
             worst = max(worst, b.limit / value if b.at_least else value / b.limit)
         return worst
+
+    def shortfall(self, summary: dict) -> float:
+        """How far `summary` is from the tier: the largest factor by which a bound is missed
+        (1: met; inf: unstable or unmeasured)."""
+        return max(1.0, self.usage(summary))
 
     def missed(self, summary: dict) -> str:
         """What `summary` misses, with its values (`unstable`, `tps_p50 < 40 (36.4)`)."""

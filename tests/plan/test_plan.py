@@ -14,8 +14,10 @@ from conftest import ROOT, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsim.plan import grid, launch, space
+from dsim.plan import answer, grid, launch, space
+from dsim.plan.search import Curve
 from dsim.plan.targets import Target
+from dsim.plan.tiers import parse_tier
 from dsim.run_spec import RunSpec
 
 LINEAR_B = [1, 8, 64, 512, 4096]
@@ -338,3 +340,33 @@ def test_a_rate_beyond_the_budget_names_the_fewest_gpus_that_serve_it(
     assert plan["met"].all() and not plan["within_budget"].any()
     assert "for 100000 req/s within 1 GPUs.** Fewest: `" in report
     assert f"takes {fewest['copies_for_target']} copies, {fewest['gpus_for_target']} GPUs" in report
+
+
+def test_a_tier_s_usage_is_its_tightest_bound_and_shortfall_its_miss():
+    """Ceiling bounds read value / limit, floors limit / value; the tightest is the usage,
+    the shortfall the same floored at 1; stability alone uses nothing; unstable is inf."""
+    tier = parse_tier("chat:tpot_p99_s=0.05,tps_p50=100")
+    inside = {"unstable": False, "tpot_p99_s": 0.04, "tps_p50": 125.0}
+    assert tier.usage(inside) == pytest.approx(0.8) and tier.shortfall(inside) == 1.0
+    over = {"unstable": False, "tpot_p99_s": 0.06, "tps_p50": 125.0}
+    assert tier.usage(over) == pytest.approx(1.2) == tier.shortfall(over)
+    assert tier.usage({**inside, "unstable": True}) == math.inf
+    assert parse_tier("any:").usage(inside) == 0.0
+
+
+def test_equal_loads_rank_the_most_room_inside_the_tier_first():
+    """The grid's load steps make ties; among configurations that reach the same load the one
+    whose tightest bound is least used there ranks first and is the winner, whatever the
+    order asked."""
+    tier = parse_tier("chat:tpot_p99_s=0.05")
+    target = Target("p.csv", "m", "h200", "vllm", 1, 1)
+    curves = [
+        Curve(space.Config(target, space.Layout(), policy, k, 256), (1.0, 2.0))
+        for policy, k in (("mtp1", 1), ("fixed:3", 3))
+    ]
+    for curve, tpot in zip(curves, (0.049, 0.040), strict=True):
+        curve.runs[1] = [{"unstable": False, "tpot_p99_s": tpot, "throughput_tok_s": 10.0}]
+    ranked = answer.table([answer.answer(c, tier, 1, False) for c in curves], None, 8)
+    assert list(ranked["policy"]) == ["fixed:3", "mtp1"]
+    assert ranked["bound_usage"].tolist() == pytest.approx([0.8, 0.98])
+    assert answer.winner(ranked, None)["policy"] == "fixed:3"

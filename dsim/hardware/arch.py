@@ -231,6 +231,15 @@ def expected_experts(
     return experts * (1.0 - missed)
 
 
+def step_experts(arch: Arch, rows: np.ndarray, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """Distinct experts an MoE layer reads in a step of `rows` rows, `tokens` of them the
+    requests' own (consecutive per sequence, `seqs` sequences) and the rest a CUDA graph's
+    padding rows, each routed on its own (their inputs are whatever the buffer held)."""
+    n = np.asarray(tokens, np.float64)
+    independent = np.asarray(rows, np.float64) - n
+    return expected_experts(arch.experts, arch.top_k, n, seqs, independent=independent)
+
+
 def layer_linears(arch: Arch, par: Parallel, dense_mlp: bool) -> list[tuple[str, int, int, int]]:
     """Linear operators of one layer on one GPU: (name, weight params, in width, out width).
 

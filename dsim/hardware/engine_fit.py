@@ -34,7 +34,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from dsim.hardware import gpu_fit, memory, moe
-from dsim.hardware.arch import Parallel, expected_experts
+from dsim.hardware.arch import Parallel, step_experts
 from dsim.hardware.gpu_model import StepOverhead
 from dsim.hardware.graph_priors import graphs
 from dsim.hardware.pricing import Pricing, pricing
@@ -211,7 +211,7 @@ def moe_memory_s(setup: str, version: str, tokens: float) -> float:
     if not price.arch.moe:
         return 0.0
     arch = price.arch
-    touched = expected_experts(arch.experts, arch.top_k, n, n, independent=run - n)  # plain
+    touched = step_experts(arch, run, n, n)  # one token a request
     one = moe.gemm_memory_seconds(arch, price.par, price.gpu, run, touched)
     return float(arch.moe_layers * np.asarray(one).sum())
 

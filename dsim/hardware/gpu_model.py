@@ -27,9 +27,9 @@ from dsim.hardware.arch import (
     ACT_BYTES,
     Arch,
     Parallel,
-    expected_experts,
     kv_heads_per_gpu,
     layer_linears,
+    step_experts,
 )
 from dsim.hardware.attention import GEMM_FIT, AttentionKernel, work
 from dsim.hardware.fusion import UNFUSED, Fusion
@@ -545,7 +545,7 @@ def step_parts(
     context C (causal: each chunk scores n*(C - (n-1)/2) pairs); only the last token of each
     prompt needs logits (vLLM). `routed_tokens`: the requests' own tokens among `tokens`
     (default all), consecutive per sequence; the rest are a graph's padding rows, routed each
-    on its own as before (`arch.expected_experts`; `step_costs`).
+    on its own as before (`arch.step_experts`; `step_costs`).
     """
     n = np.asarray(tokens, np.float64)
     r = np.asarray(seqs, np.float64)
@@ -562,12 +562,8 @@ def step_parts(
             for key, value in layer_time(arch, par, gpu, fit, n, dense, fusion).items():
                 parts[key] = parts[key] + count * value
     price = partial(elementwise_time, fit, gpu)
-    routed = n if routed_tokens is None else np.asarray(routed_tokens, np.float64)
-    touched = (
-        expected_experts(arch.experts, arch.top_k, routed, r, independent=n - routed)
-        if arch.moe
-        else routed
-    )
+    routed = n if routed_tokens is None else routed_tokens
+    touched = step_experts(arch, n, routed, r) if arch.moe else np.zeros_like(n)
     for key, value in moe.layer_parts(arch, par, gpu, fit, n, touched, moe_scale, price).items():
         parts[key] = arch.moe_layers * value
     parts["attention"] = sum(

@@ -24,16 +24,16 @@ ones, so whether draft j is verified depends on drafts 1..j only: lossless.
 The cost tables are the policy's own, built once as the engine builds them at startup
 (`batches_to_profile`, `set_initial_cost_curves`, `build_cost_tables_from_curves`): the
 target's pass and the drafter's round timed at each captured token count and at 1.5x the
-largest then doublings up to the step token limit, all at one profiling context (8192 tokens,
-`VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN`'s default as this project's brief states it:
-vLLM's envs.py was not read); the verify curve by tokens, the drafter's by request count,
-each forced monotone (running max); a size at or below the largest capture costs its next
-profiled point (the padding staircase), above it the profiled points are interpolated, past
-the last one the last slope extends. A dummy run of n tokens is read as a uniform decode batch
-of ceil(n / (1 + gamma)) requests (dsim's reading: the dummy run's request count was not
-read). An engine that captures nothing is profiled at powers of two and interpolated
-everywhere (the code would refuse to start). `costs=FILE` gives the curves instead (columns
-table, size, ms).
+largest then doublings up to the step token limit, all at one profiling context (8192 tokens by
+default, tunable with `VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN`: vLLM's
+adaptive-verification post of 2026-08-14, section "The cost model"); the verify curve by
+tokens, the drafter's by request count, each forced monotone (running max); a size at or below
+the largest capture costs its next profiled point (the padding staircase), above it the
+profiled points are interpolated, past the last one the last slope extends. A dummy run of n
+tokens is read as a uniform decode batch of ceil(n / (1 + gamma)) requests (dsim's reading: the
+dummy run's request count was not read). An engine that captures nothing is profiled at powers
+of two and interpolated everywhere (the code would refuse to start). `costs=FILE` gives the
+curves instead (columns table, size, ms).
 
 The host sync the code needs waits for the copy of the confidences recorded a step earlier,
 and the budget is a host sort of R x gamma survivals; under async scheduling both run while the

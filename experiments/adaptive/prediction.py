@@ -134,8 +134,9 @@ def main() -> None:
         else "**Not a prediction**: a post-hoc diagnostic run after the published results were read "
         "(`published.md`), the rule's setup with one drafter setting changed; no term changed."
     )
+    title = "Prediction" if kind == "ar" else "Post-hoc diagnostic (not a prediction)"
     lines = [
-        "# Prediction: adaptive verification on DeepSeek-V3 fp8, 8x H200, vLLM (closed loop)",
+        f"# {title}: adaptive verification on DeepSeek-V3 fp8, 8x H200, vLLM (closed loop)",
         "",
         "Made by `experiments/adaptive/prediction.py` under `prediction_rule.md` (committed "
         "before any number of it). Command: `PYTHONPATH=. .venv/bin/python "

@@ -151,15 +151,27 @@ def check_output_file(
     force: bool,
     sidecar: bool = False,
     ours: Callable[[Path], bool] = dsim_wrote,
+    reads: tuple[str | Path, ...] = (),
 ) -> None:
     """An output file dsim may replace: absent, written by dsim (`ours`: `dsim_wrote`, or the
     reader of a format that carries its own mark, such as a drafter checkpoint), or `force`d;
-    with `sidecar`, its NAME.json too. Anything else (a user's file, a folder, a link) is an
-    InputError, before any work is done."""
+    with `sidecar`, its NAME.json too. Never a file the command `reads` (nor one's sidecar),
+    even with `force`: the output would destroy its own input. Anything else (a user's file,
+    a folder, a link) is an InputError, before any work is done."""
     path = Path(path)
     if sidecar and path.suffix == ".json":
         raise InputError(path, None, "is the name of its own NAME.json sidecar: choose another")
-    for file in (path, sidecar_of(path)) if sidecar else (path,):
+    outputs = (path, sidecar_of(path)) if sidecar else (path,)
+    inputs = {q.resolve() for r in reads for q in (Path(r), sidecar_of(r))}
+    for file in outputs:
+        if file.resolve() in inputs:
+            raise InputError(
+                file,
+                None,
+                "is a file this command reads: writing it would destroy its own "
+                "input (choose another --out)",
+            )
+    for file in outputs:
         if file.is_symlink() or file.is_dir():
             kind = "a link" if file.is_symlink() else "a folder"
             raise InputError(
@@ -198,12 +210,24 @@ def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
     owners = (owner,) if isinstance(owner, str) else owner
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise InputError(path, None, "exists and is not a folder: choose another --out")
-    if path.is_dir() and any(path.iterdir()) and not any((path / o).exists() for o in owners):
+    if path.is_dir() and any(path.iterdir()) and not any(_owns(path / o) for o in owners):
         raise InputError(
             path,
             None,
-            f"is a folder without {' or '.join(owners)}, not a dsim output: not replacing it",
+            f"is a folder without dsim's {' or '.join(owners)}, not a dsim output: not "
+            "replacing it",
         )
+
+
+def _owns(marker: Path) -> bool:
+    """Whether `marker` marks a dsim output: a folder or table that exists, or a JSON file
+    that holds an object (a user's empty or foreign `summary.json` does not)."""
+    if marker.suffix != ".json":
+        return marker.exists()
+    try:
+        return isinstance(json.loads(marker.read_bytes()), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def check_writable(folder: str | Path) -> None:
@@ -222,7 +246,9 @@ def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
     """Build a directory under a temporary name beside `path`, then swap it in as a whole.
 
     An existing output folder (see `check_output_dir`) is replaced entirely: none of its old
-    files linger, and a failure before the swap leaves it exactly as it was.
+    files linger, and a failure before the swap leaves it exactly as it was. A file in it that
+    the new output does not write again and dsim did not write (a user's notes beside a run)
+    is never dropped: the folder is refused, before the swap, as it was.
     """
     path = Path(path)
     check_output_dir(path, owner)
@@ -237,6 +263,7 @@ def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
         if not path.exists():
             os.replace(tmp, path)
             return
+        _refuse_dropping_foreign(path, tmp)
         old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
         os.replace(path, old)  # a folder may be renamed over an empty one
         try:
@@ -247,6 +274,19 @@ def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _refuse_dropping_foreign(old: Path, new: Path) -> None:
+    """An InputError if replacing `old` by `new` would drop an entry dsim did not write."""
+    kept = {entry.name for entry in new.iterdir()}
+    for entry in sorted(old.iterdir()):
+        if entry.name not in kept and (entry.is_dir() or not dsim_wrote(entry)):
+            raise InputError(
+                old,
+                None,
+                f"holds {entry.name}, which dsim did not write and would not write again: not "
+                "replacing the folder (move that out, or choose another --out)",
+            )
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from dsim.errors import InputError
 from dsim.fileio import check_output_file, write_png
 from dsim.hardware.latency import (
     LatencyModel,
@@ -209,7 +210,9 @@ def show_profile(path: str | Path, out: str | Path | None = None, force: bool = 
     df, meta = read_profile(path), profile_metadata(path)
     model = LatencyModel(df, path.stem, engine_label(meta), staircase(meta, path))
     png = Path(out) if out is not None else path.with_suffix(".png")
-    check_output_file(png, force)
+    if png.suffix.lower() != ".png":
+        raise InputError(png, None, "--out names the PNG it writes: end it in .png")
+    check_output_file(png, force, reads=(path,))
     Console().print(render_table(path, df, meta, model))
     kind = "estimate" if meta.get("estimate") else "measured"
     plot(curves(df, model.verify.r_dependent), f"{path.stem} ({kind})", png)

@@ -19,7 +19,8 @@ import pytest  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 from dsim.cli import main  # noqa: E402
-from dsim.fileio import dsim_wrote, write_json, write_png  # noqa: E402
+from dsim.errors import InputError  # noqa: E402
+from dsim.fileio import check_output_file, dsim_wrote, write_json, write_png  # noqa: E402
 
 ROOFLINE = ["profile", "--roofline", "h200", "--model", "qwen3-8b", "--contexts", "512"]
 SYNTH = ["synth-acceptance", "--acceptance", "iid:0.7", "--sequences", "3", "--rounds", "4"]
@@ -82,6 +83,44 @@ def test_profile_show_keeps_a_png_it_did_not_write(monkeypatch, capsys, tmp_path
             str(tmp_path / "q.png"),
         )  # fmt: skip
         assert code == 0 and dsim_wrote(tmp_path / "q.png"), err
+
+
+def test_profile_show_never_writes_over_what_it_reads(monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(monkeypatch, capsys, *ROOFLINE, "--out", str(tmp_path / "p.csv"))
+    assert code == 0, err
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+    for name in ("p.csv", "p.json", "q.parquet"):  # even with --force: a PNG only
+        args = ["profile", "show", str(tmp_path / "p.csv"), "--out", str(tmp_path / name)]
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--force")
+        assert code == 2 and err.count("\n") == 1 and "end it in .png" in err, err
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before
+    with pytest.raises(InputError, match="a file this command reads"):  # the rule itself
+        check_output_file(tmp_path / "p.csv", force=True, sidecar=True, reads=(tmp_path / "p.csv",))
+    with pytest.raises(InputError, match="a file this command reads"):  # or its sidecar
+        check_output_file(tmp_path / "p.json", force=True, reads=(tmp_path / "p.csv",))
+
+
+def test_run_keeps_a_users_file_in_its_folder(monkeypatch, capsys, tmp_path):
+    run = ["run", "--trace", "synthetic:concurrency=2,n=8,prompt=50,output=20,sigma=0"]
+    out = tmp_path / "r"
+    out.mkdir()
+    files = _user_files(out, "summary.json", "thesis.tex")  # not dsim's summary.json
+    code, _, err = run_cli(monkeypatch, capsys, *run, "--out", str(out), "--no-progress")
+    assert code == 2 and err.count("\n") == 1 and "not a dsim output" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json", "thesis.tex"]
+    assert _unchanged(out, files)
+    shutil.rmtree(out)
+    code, _, err = run_cli(monkeypatch, capsys, *run, "--out", str(out), "--no-progress")
+    assert code == 0, err
+    notes = _user_files(out, "notes.md")  # a note beside dsim's run: the run never drops it
+    ran = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, _, err = run_cli(monkeypatch, capsys, *run, "--out", str(out), "--no-progress")
+    assert code == 2 and err.count("\n") == 1 and "holds notes.md" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == ran and _unchanged(out, notes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no temporary folder left
+    (out / "notes.md").unlink()
+    code, _, err = run_cli(monkeypatch, capsys, *run, "--out", str(out), "--no-progress")
+    assert code == 0, err  # dsim's own run folder: replaced as a whole
 
 
 def test_synth_acceptance_keeps_the_users_sidecar(monkeypatch, capsys, tmp_path):

@@ -17,7 +17,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from dsim import shipped, spec_grammar
+from dsim import bundles, shipped, spec_grammar
 from dsim.acceptance.sources import AcceptanceSource, parse_acceptance
 from dsim.checks import check_number
 from dsim.cluster.disagg import kv_bytes_per_token
@@ -124,6 +124,12 @@ def load_profile(path: str) -> Profile:
     return Profile(path, LatencyModel.from_csv(path, meta), meta)
 
 
+DRAFT_FIX = (
+    "price the drafter beside this profile (dsim profile --roofline ... --draft-model ...) "
+    "or use --draft-cost ratio:X"
+)
+
+
 def resolve_engine(spec: RunSpec) -> EngineInputs:
     """Read the spec's topology, policy, engine limits, profile and drafter cost."""
     profile: Callable[[], Profile] = cache(lambda: load_profile(spec.profile))
@@ -140,8 +146,14 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
     with reading("policy"):
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
         check_gamma(spec.policy, policy.first, spec.gamma)
+    with reading("draft_cost"):
+        bundles.check(spec.profile, spec.draft_cost, DRAFT_FIX)
+        named = bundles.drafter_kind(spec.draft_cost)
     with reading("drafter_kind"):
-        kind = drafter_kind(spec.policy, spec.drafter_kind)
+        asked_kind = spec.drafter_kind
+        if asked_kind == "auto" and spec.policy != "mtp1":
+            asked_kind = named  # a drafter estimate says how it drafts (EAGLE, MTP: ar)
+        kind = drafter_kind(spec.policy, asked_kind)
     asked, spec = spec, proposed_drafts(spec, policy.first, kind)
     with reading("sched_cost"):
         sched = parse_sched_cost(spec.sched_cost)

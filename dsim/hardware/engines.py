@@ -314,6 +314,13 @@ def with_graphs(preset: Engine, sizes: tuple[int, ...] | None, mode: str | None)
             f"--capture-sizes and --graph-mode price CUDA graphs, which "
             f"engine {preset.name} does not model: use vllm, vllm-0.8 or sglang",
         )
+    budget = preset.scheduling.token_budget
+    if sizes and budget is not None and sizes[-1] > budget:
+        raise InputError(
+            None, None, f"--capture-sizes: {sizes[-1]} is above engine {preset.name}'s step "
+            f"token budget ({budget}): a step never holds that many tokens; list sizes up to "
+            f"{budget}"
+        )  # fmt: skip
     if mode is not None and mode not in GRAPH_MODES:
         raise InputError(
             None, None, f"--graph-mode: unknown {mode!r}; known: {', '.join(GRAPH_MODES)}"

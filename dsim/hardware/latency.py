@@ -142,6 +142,12 @@ def decode_graphs(meta: dict[str, Any], where: str | Path) -> tuple[tuple[int, .
     if sizes:
         what = f"{Path(where).with_suffix('.json')}: engine graphs sizes"
         sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), what)
+        budget = (meta["engine"].get("scheduling") or {}).get("token_budget")
+        if isinstance(budget, int) and sizes[-1] > budget:
+            raise InputError(
+                None, None, f"{what}: {sizes[-1]} is above the engine's step token budget "
+                f"({budget}, engine.scheduling.token_budget): a step never holds that many"
+            )  # fmt: skip
     if graphs.get("decode") == "eager":
         sizes = ()
     return sizes, str(graphs.get("keyed_by", "tokens"))

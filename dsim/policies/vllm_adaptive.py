@@ -59,6 +59,7 @@ from dsim.tables import read_table, require_columns
 MAX_CHUNK_BYTES = 2**30  # the sampler's float32 logits chunk (get_max_chunk_logits)
 FP32_BYTES = 4
 PROFILE_CONTEXT = 8192
+MAX_CONTEXT = 2**20  # the longest profiling context taken: a million tokens
 LAGS = (1, 2)  # 1: as the code runs it (one step in flight); 2: a snapshot one round older
 OPTIONS = ("lag", "capture", "context", "costs")
 
@@ -121,6 +122,12 @@ def profiled_curves(
     costs: EngineCosts, context: float, capture: tuple[int, ...] | None
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], int]:
     """The drafter's curve by request count, the target's by tokens and the capture limit."""
+    if capture and capture[-1] > costs.max_tokens:
+        raise InputError(
+            None, None, f"policy vllm-adaptive: capture size {capture[-1]} is above the step "
+            f"token limit ({costs.max_tokens}): a step never holds that many tokens; list sizes "
+            f"up to {costs.max_tokens}"
+        )  # fmt: skip
     sizes, limit = profile_sizes(capture or costs.capture_sizes, costs.max_tokens)
     draft: dict[int, list[float]] = {}
     verify = []
@@ -141,15 +148,20 @@ def read_curves(path: str) -> Curves:
     df = read_table(path)
     require_columns(df, path, ("table", "size", "ms"))
     curves: dict[str, list[tuple[int, float]]] = {"draft": [], "verify": []}
-    for row, (table, size, ms) in enumerate(df[["table", "size", "ms"]].itertuples(False), 2):
+    for row, (table, size, ms) in enumerate(df[["table", "size", "ms"]].itertuples(False), 1):
         try:
             size_f, ms_f = float(size), float(ms)
         except (TypeError, ValueError):
             size_f = ms_f = math.nan
         if table not in curves or not (math.isfinite(size_f) and size_f.is_integer()):
             raise InputError(path, row, "expected table draft or verify and a whole size")
-        if not math.isfinite(ms_f) or ms_f < 0 or size_f < 0:
-            raise InputError(path, row, f"size {size!r}, ms {ms!r}: not finite numbers >= 0")
+        if not math.isfinite(ms_f) or ms_f <= 0 or size_f < 0:
+            raise InputError(
+                path, row, f"size {size!r}, ms {ms!r}: a size >= 0 and a time > 0 (a pass costs "
+                "time), both finite"
+            )  # fmt: skip
+        if any(n == int(size_f) for n, _ in curves[str(table)]):
+            raise InputError(path, row, f"size {int(size_f)} is in the {table} table twice")
         curves[str(table)].append((int(size_f), ms_f / 1e3))
     if not curves["draft"] or not curves["verify"]:
         raise InputError(path, None, "a cost file needs draft and verify rows")
@@ -255,7 +267,10 @@ def parse(spec: str, arg: str) -> VllmAdaptive:
     if "capture" in opts:
         capture = ints(opts["capture"].replace("/", ","), f"policy {spec}: capture")
         check_sizes(capture, f"policy {spec}: capture sizes (S1/S2/...)")
-    context = number(opts.get("context", str(PROFILE_CONTEXT)), f"policy {spec}: context", ge=0)
+    context = number(
+        opts.get("context", str(PROFILE_CONTEXT)), f"policy {spec}: context", ge=1,
+        le=MAX_CONTEXT, integer=True,
+    )  # fmt: skip
     costs = opts.get("costs")
     if costs is not None:
         if not Path(costs).is_file():

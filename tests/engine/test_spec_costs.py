@@ -393,3 +393,29 @@ def test_the_penalty_is_part_of_a_sweep_key(tmp_path):
     prof = profile(tmp_path, penalty=0.5)
     keys = {point_key(RunSpec(trace=TRACE, profile=prof, ragged_penalty=p)) for p in (None, 0, 2)}
     assert len(keys) == 3
+
+
+EAGLE = "profiles/h200-qwen3-8b-eagle-roofline.csv"  # its sidecar: drafter_kind ar, qwen3-8b
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind"), [("fixed:3", "ar"), ("dspark", "ar"), ("mtp1", "mtp1")]
+)
+def test_auto_takes_the_drafter_kind_its_profile_names(policy, kind):
+    """An EAGLE estimate drafts autoregressively: `auto` runs it as `ar` (as plan and sweeps
+    do), never as a block whose one pass would price K drafts as one; `mtp1` keeps its head."""
+    base = dict(trace=TRACE, profile="profiles/h200-qwen3-8b-roofline.csv", acceptance="iid:0.7",
+                draft_cost=EAGLE, policy=policy, gamma=3)  # fmt: skip
+    assert resolve_engine(RunSpec(**base)).draft_cost.kind == kind
+    auto = simulate(RunSpec(**base)).steps.latency_s
+    named = simulate(RunSpec(**base, drafter_kind=kind)).steps.latency_s
+    assert np.array_equal(auto, named)
+
+
+def test_a_drafter_profile_priced_beside_another_target_is_one_line(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "o"
+    args = ["run", "--trace", TRACE, "--profile", "profiles/h200x8-deepseek-v3-fp8-roofline.csv",
+            "--draft-cost", EAGLE, "--out", str(out), "--no-progress"]  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and not out.exists()
+    assert "they differ in model, tp" in err and "--draft-cost ratio:X" in err

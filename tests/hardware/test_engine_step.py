@@ -132,6 +132,7 @@ def test_sglang_captures_more_on_a_bigger_gpu():
         (["--graph-mode", "partial"], "--graph-mode: unknown 'partial'; known: full, piecewise"),
         (["--engine", "vllm-0.9"], "unknown engine 'vllm-0.9'; known: vllm, vllm-0.8"),
         (["--engine", "trtllm", "--capture-sizes", "1,2"], "engine trtllm does not model"),
+        (["--capture-sizes", "1,2,100000000"], "above engine vllm's step token budget (8192)"),
     ],
 )
 def test_bad_graph_input_is_one_line_exit_2_and_writes_nothing(

@@ -215,23 +215,54 @@ def test_bad_options_are_one_line(monkeypatch, capsys, tmp_path, policy, words):
     assert words in refused(monkeypatch, capsys, tmp_path, *ARGS, "--policy", policy)
 
 
-@pytest.mark.parametrize("ms", ["inf", "nan", "-1"])
+@pytest.mark.parametrize("ms", ["inf", "nan", "-1", "0"])
 def test_a_cost_table_with_a_non_finite_entry_is_one_line(monkeypatch, capsys, tmp_path, ms):
     costs = tmp_path / "costs.csv"
     costs.write_text(f"table,size,ms\ndraft,1,0.5\nverify,1,4.0\nverify,8,{ms}\n")
     err = refused(monkeypatch, capsys, tmp_path, *ARGS, "--policy", f"vllm-adaptive:costs={costs}")
-    assert "costs.csv" in err and "row 4" in err.lower().replace(":", " ")
+    assert "costs.csv" in err and "row 3" in err.lower().replace(":", " ")  # the 3rd data row
 
 
-def test_a_sidecar_capture_table_not_increasing_is_one_line(monkeypatch, capsys, tmp_path):
+@pytest.mark.parametrize("rows", ["verify,1,1\nverify,1,5", "verify,4,1\nverify,1,2\nverify,4,3"])
+def test_a_size_twice_in_a_cost_table_is_one_line(monkeypatch, capsys, tmp_path, rows):
+    costs = tmp_path / "costs.csv"
+    costs.write_text(f"table,size,ms\ndraft,1,0.2\n{rows}\n")
+    err = refused(monkeypatch, capsys, tmp_path, *ARGS, "--policy", f"vllm-adaptive:costs={costs}")
+    assert "is in the verify table twice" in err and "row" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("context=1e30", "must be an integer"),
+        ("context=0.5", "must be an integer"),
+        ("context=0", ">= 1 and <= 1048576"),
+        ("context=2000000", ">= 1 and <= 1048576"),
+        ("capture=1/2/100000000", "above the step token limit"),
+    ],
+)
+def test_a_context_or_capture_out_of_range_is_one_line(
+    monkeypatch, capsys, tmp_path, option, words
+):
+    policy = f"vllm-adaptive:{option}"
+    assert words in refused(monkeypatch, capsys, tmp_path, *ARGS, "--policy", policy)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "words"),
+    [([1, 8, 4], "increasing order"), ([1, 2, 10**8], "above the engine's step token budget")],
+)
+def test_a_sidecar_capture_table_not_increasing_is_one_line(
+    monkeypatch, capsys, tmp_path, sizes, words
+):
     side = json.loads(Path(PROFILE).with_suffix(".json").read_text())
-    side["engine"]["graphs"]["sizes"] = [1, 8, 4]
+    side["engine"]["graphs"]["sizes"] = sizes
     prof = tmp_path / "p.csv"
     prof.write_text(Path(PROFILE).read_text())
     prof.with_suffix(".json").write_text(json.dumps(side))
     args = ("--trace", TRACE, "--profile", str(prof), "--acceptance", "iid:0.7")
     err = refused(monkeypatch, capsys, tmp_path, *args, "--policy", "vllm-adaptive")
-    assert "engine graphs sizes" in err and "increasing order" in err
+    assert "engine graphs sizes" in err and words in err
 
 
 def test_given_cost_curves_replace_the_profile(tmp_path):

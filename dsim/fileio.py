@@ -8,7 +8,7 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,13 +242,14 @@ def check_writable(folder: str | Path) -> None:
 
 
 @contextmanager
-def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
+def atomic_dir(path: str | Path, owner: str, ours: Collection[str] = ()) -> Iterator[Path]:
     """Build a directory under a temporary name beside `path`, then swap it in as a whole.
 
     An existing output folder (see `check_output_dir`) is replaced entirely: none of its old
     files linger, and a failure before the swap leaves it exactly as it was. A file in it that
-    the new output does not write again and dsim did not write (a user's notes beside a run)
-    is never dropped: the folder is refused, before the swap, as it was.
+    the new output does not write again, that is not one of the names such a folder holds
+    (`ours`) and that carries no dsim mark (a user's notes beside a run) is never dropped: the
+    folder is refused, before the swap, as it was.
     """
     path = Path(path)
     check_output_dir(path, owner)
@@ -263,7 +264,7 @@ def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
         if not path.exists():
             os.replace(tmp, path)
             return
-        _refuse_dropping_foreign(path, tmp)
+        _refuse_dropping_foreign(path, tmp, ours)
         old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
         os.replace(path, old)  # a folder may be renamed over an empty one
         try:
@@ -276,9 +277,9 @@ def atomic_dir(path: str | Path, owner: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _refuse_dropping_foreign(old: Path, new: Path) -> None:
+def _refuse_dropping_foreign(old: Path, new: Path, ours: Collection[str]) -> None:
     """An InputError if replacing `old` by `new` would drop an entry dsim did not write."""
-    kept = {entry.name for entry in new.iterdir()}
+    kept = {entry.name for entry in new.iterdir()} | set(ours)
     for entry in sorted(old.iterdir()):
         if entry.name not in kept and (entry.is_dir() or not dsim_wrote(entry)):
             raise InputError(

@@ -27,6 +27,8 @@ from dsim.run_spec import RunSpec
 from dsim.workload import Workload
 
 RUN_OWNER = "summary.json"  # the file that marks a folder as a dsim run's output
+REAL_FILES = ("texts.jsonl", "steps.csv")  # what a real run adds (dsim.real.runner)
+RUN_FILES = ("requests.parquet", RUN_OWNER, *REAL_FILES)  # every file a run folder holds
 
 
 @dataclass
@@ -149,7 +151,7 @@ def write_run(
 ) -> None:
     """requests.parquet + summary.json (+ the spec, + what `extra(folder)` adds), replacing an
     earlier run's folder as a whole or not at all."""
-    with atomic_dir(out, RUN_OWNER) as tmp:
+    with atomic_dir(out, RUN_OWNER, RUN_FILES) as tmp:
         write_parquet(result.requests, tmp / "requests.parquet")
         summary = {**result.summary, "schema_version": SCHEMA_VERSION, "spec": spec.as_dict()}
         write_json(tmp / "summary.json", summary)

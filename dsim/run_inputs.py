@@ -34,6 +34,7 @@ from dsim.engine.config import (
     parse_sched_cost,
 )
 from dsim.errors import InputError
+from dsim.fileio import sidecar_of
 from dsim.hardware.engines import Scheduling
 from dsim.hardware.latency import LatencyModel, decode_graphs, profile_metadata, spec_costs
 from dsim.inputs import recording
@@ -165,9 +166,8 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
     config = engine_config(spec, target, sched, prior)
     with reading("draft_cost"):
         draft = parse_draft_cost(spec.draft_cost, kind, spec_round)
-    return EngineInputs(
-        spec, config, target, draft, shape, policy, spec_warnings(asked, draft.ratio, spec.gamma)
-    )
+    warnings = spec_warnings(asked, draft.ratio, spec.gamma, policy.first.synchronous)
+    return EngineInputs(spec, config, target, draft, shape, policy, warnings)
 
 
 def proposed_drafts(spec: RunSpec, policy: Policy, kind: str) -> RunSpec:
@@ -181,13 +181,16 @@ def proposed_drafts(spec: RunSpec, policy: Policy, kind: str) -> RunSpec:
 
 
 def spec_warnings(
-    spec: RunSpec, draft_ratio: float, proposed: int | None = None
+    spec: RunSpec, draft_ratio: float, proposed: int | None = None, synchronous: bool = True
 ) -> tuple[str, ...]:
     """The spec's settings that the run ignores, or that are legal but unlike any real
     deployment, each as one line (docs/design.md, Input limits); `draft_ratio` is its
     `--draft-cost ratio:X` as read (0 for a drafter profile), `proposed` the drafts a round
-    the engine runs (`proposed_drafts`)."""
+    the engine runs (`proposed_drafts`), `synchronous` whether its policy pays --sched-cost."""
     lines = []
+    if not synchronous and spec.sched_cost != default("sched_cost"):
+        lines.append(f"--sched-cost {spec.sched_cost} has no effect on policy {spec.policy}: "
+                     "it does not schedule on the round's critical path")  # fmt: skip
     if proposed is not None and proposed != spec.gamma:
         lines.append(f"--gamma {spec.gamma} has no effect on {spec.policy} with an "
                      f"autoregressive drafter: it drafts {proposed} a round, as an engine set "
@@ -225,7 +228,8 @@ def engine_config(
     kv = target.sidecar.get("memory", {}).get("kv_capacity_tokens")
     if kv is not None:
         name = "memory.kv_capacity_tokens"
-        kv = int(check_number(kv, name, ge=1, le=2**40, integer=True, where=target.path))
+        where = sidecar_of(target.path)
+        kv = int(check_number(kv, name, ge=1, le=2**40, integer=True, where=where))
     budget = spec.max_num_batched_tokens
     if budget is None and rule is not None:
         budget = rule.token_budget
@@ -263,7 +267,8 @@ def engine_shape(target: Profile, gamma: int) -> EngineShape:
     vocab = side.get("architecture", {}).get("vocab") or side.get("model_config", {}).get(
         "vocab_size", 0
     )
-    vocab = int(check_number(vocab, "vocab", ge=0, le=2**31, integer=True, where=target.path))
+    where = sidecar_of(target.path)  # the value is the sidecar's
+    vocab = int(check_number(vocab, "vocab", ge=0, le=2**31, integer=True, where=where))
     return EngineShape(sizes, vocab)
 
 

@@ -68,14 +68,17 @@ def _unquote(value: str) -> str:
 
 
 def key_values(text: str, where: str, expected: str = "key=value") -> dict[str, str]:
-    """`k=v,k=v` -> {k: v} (keys and values stripped, empty parts skipped, a later key wins;
-    a value in double quotes may hold commas and brackets: `model="a,b"`); a part without `=`
-    is `{where}: expected {expected}, got {part!r}`."""
-    out = {}
+    """`k=v,k=v` -> {k: v} (keys and values stripped, empty parts skipped; a value in double
+    quotes may hold commas and brackets: `model="a,b"`); a part without `=` is `{where}:
+    expected {expected}, got {part!r}`, and a key given twice is refused (which one was meant
+    is not for dsim to guess)."""
+    out: dict[str, str] = {}
     for part in filter(None, _split(text, brackets=False)):
         key, sep, value = part.partition("=")
         if not sep:
             raise _fail(f"{where}: expected {expected}, got {part!r}")
+        if key.strip() in out:
+            raise _fail(f"{where}: {key.strip()} given twice; give it once")
         out[key.strip()] = _unquote(value.strip())
     return out
 

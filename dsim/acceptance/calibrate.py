@@ -21,6 +21,8 @@ from dsim.acceptance.trace import (
 )
 from dsim.fileio import atomic_dir, write_json
 
+FILES = ("calibration.json", "reliability.png")  # what a calibration folder holds
+
 
 def calibrate_trace(
     trace: str | Path,
@@ -59,9 +61,10 @@ def calibrate_trace(
         },
         "metrics": position_metrics(conf[report_on], accepted[report_on], temps),
     }
-    with atomic_dir(out_dir, "calibration.json") as tmp:
-        write_json(tmp / "calibration.json", {"trace": str(trace), **report})
-        plot_reliability(conf[report_on], accepted[report_on], temps, tmp / "reliability.png")
+    report_file, figure_file = FILES
+    with atomic_dir(out_dir, report_file, FILES) as tmp:
+        write_json(tmp / report_file, {"trace": str(trace), **report})
+        plot_reliability(conf[report_on], accepted[report_on], temps, tmp / figure_file)
     if write_sidecar:
         update_trace_metadata(trace, {"calibration": report})
     return report

@@ -17,7 +17,7 @@ from dsim.models.data import read_prompt_file
 from dsim.policies import Oracle
 from dsim.real.backend import RealBackend
 from dsim.real.workload import real_workload
-from dsim.run import RunResult, run_engine, write_run
+from dsim.run import REAL_FILES, RunResult, run_engine, write_run
 from dsim.run_inputs import EngineInputs, load_spec_workload, resolve_engine
 from dsim.run_spec import RunSpec
 
@@ -128,8 +128,9 @@ def write_real_run(run: RealRun, out: str | Path, steps: pd.DataFrame | None = N
     texts = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in run.texts)
 
     def extra(folder: Path) -> None:
-        (folder / "texts.jsonl").write_text(texts)
+        texts_file, steps_file = REAL_FILES
+        (folder / texts_file).write_text(texts)
         if steps is not None:
-            steps.to_csv(folder / "steps.csv", index=False, float_format="%.6g")
+            steps.to_csv(folder / steps_file, index=False, float_format="%.6g")
 
     write_run(run.result, run.spec, out, extra)

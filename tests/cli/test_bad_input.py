@@ -276,6 +276,23 @@ def test_profile_sidecar_must_be_an_object(monkeypatch, capsys, tmp_path):
     assert not profile.with_suffix(".png").exists()
 
 
+@pytest.mark.parametrize(
+    ("path", "value", "name"),
+    [(("memory", "kv_capacity_tokens"), 0, "memory.kv_capacity_tokens"),
+     (("architecture", "vocab"), -5, "vocab")],
+)  # fmt: skip
+def test_a_bad_sidecar_value_names_the_sidecar(monkeypatch, capsys, tmp_path, path, value, name):
+    src = Path("profiles/h200-qwen3-8b-roofline.csv")
+    profile = tmp_path / "p.csv"
+    profile.write_bytes(src.read_bytes())
+    side = json.loads(src.with_suffix(".json").read_text())
+    side[path[0]][path[1]] = value
+    profile.with_suffix(".json").write_text(json.dumps(side))
+    out = tmp_path / "o"
+    code, err = _fails(monkeypatch, capsys, out, "--profile", str(profile))
+    assert code == 2 and f"p.json: {name} must be" in err and not out.exists()
+
+
 # -- --out: refused when it is not a dsim run folder, replaced whole, kept on failure -----------
 def _run_to(monkeypatch, out: Path, *args: str) -> None:
     argv = ["dsim", "run", "--trace", "synthetic:n=5", *args, "--out", str(out), "--no-progress"]

@@ -419,3 +419,13 @@ def test_a_drafter_profile_priced_beside_another_target_is_one_line(monkeypatch,
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2 and err.count("\n") == 1 and not out.exists()
     assert "they differ in model, tp" in err and "--draft-cost ratio:X" in err
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("vllm-adaptive", True), ("dspark", False)])
+def test_sched_cost_on_a_policy_that_does_not_pay_it_is_said(policy, warned):
+    """A policy that schedules off the round's critical path never pays --sched-cost: a
+    value given for it changes nothing, and the run says so."""
+    base = dict(trace=TRACE, profile="profiles/h200-qwen3-8b-roofline.csv", acceptance="iid:0.7",
+                policy=policy, sched_cost="0.0005")  # fmt: skip
+    said = [w for w in resolve_engine(RunSpec(**base)).warnings if "--sched-cost" in w]
+    assert bool(said) == warned

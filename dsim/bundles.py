@@ -34,8 +34,12 @@ def _words(found: dict[str, str]) -> str:
 def drafter_kind(draft_cost: str) -> str:
     """The drafter kind a drafter profile's sidecar names (`auto` for a ratio, or a file whose
     sidecar names none)."""
-    path = spec_grammar.draft_cost(draft_cost).profile
-    return "auto" if path is None else str(_sidecar(path).get("drafter_kind", "auto"))
+    return kind_of(spec_grammar.draft_cost(draft_cost).profile)
+
+
+def kind_of(drafter: str | None) -> str:
+    """`drafter_kind` of a drafter profile's path (None: no profile)."""
+    return "auto" if drafter is None else str(_sidecar(drafter).get("drafter_kind", "auto"))
 
 
 def draft_model(draft_cost: str) -> str | None:
@@ -49,10 +53,18 @@ def check(profile: str, draft_cost: str, fix: str, meta: dict[str, Any] | None =
     """Refuse a drafter profile whose sidecar names another target model, GPU or TP degree
     than `profile`'s sidecar (`meta` when it is not written yet; a setting either sidecar
     leaves out is not compared)."""
-    path = spec_grammar.draft_cost(draft_cost).profile
-    if path is None:
+    check_pair(profile, spec_grammar.draft_cost(draft_cost).profile, fix, meta)
+
+
+def check_pair(
+    profile: str, path: str | None, fix: str, meta: dict[str, Any] | None = None
+) -> None:
+    """`check` of a drafter profile's path (None: no profile). Only a drafter estimate (its
+    sidecar names the `draft_model` it prices) states the target it was priced beside; a
+    measured drafter's sidecar names the drafter itself as its model."""
+    if path is None or "draft_model" not in (side := _sidecar(path)):
         return
-    drafter = _setup(_sidecar(path))
+    drafter = _setup(side)
     target = _setup(_sidecar(profile) if meta is None else meta)
     differ = [k for k in drafter if k in target and drafter[k] != target[k]]
     if differ:

@@ -148,8 +148,9 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         policy = PolicyFactory.read(spec.policy, spec.sla_tps)
         check_gamma(spec.policy, policy.first, spec.gamma)
     with reading("draft_cost"):
-        bundles.check(spec.profile, spec.draft_cost, DRAFT_FIX)
-        named = bundles.drafter_kind(spec.draft_cost)
+        drafter = spec_grammar.draft_cost(spec.draft_cost)  # read once, here
+        bundles.check_pair(spec.profile, drafter.profile, DRAFT_FIX)
+        named = bundles.kind_of(drafter.profile)
     with reading("drafter_kind"):
         asked_kind = spec.drafter_kind
         if asked_kind == "auto" and spec.policy != "mtp1":
@@ -165,7 +166,7 @@ def resolve_engine(spec: RunSpec) -> EngineInputs:
         prior = check_ragged_penalty(prior, where)
     config = engine_config(spec, target, sched, prior)
     with reading("draft_cost"):
-        draft = parse_draft_cost(spec.draft_cost, kind, spec_round)
+        draft = parse_draft_cost(spec.draft_cost, kind, spec_round, drafter)
     warnings = spec_warnings(asked, draft.ratio, spec.gamma, policy.first.synchronous)
     return EngineInputs(spec, config, target, draft, shape, policy, warnings)
 
@@ -278,7 +279,7 @@ def scheduling(target: Profile) -> Scheduling | None:
     if record is None:
         return None
     with reading("profile"):
-        return Scheduling.from_record(record, target.path)
+        return Scheduling.from_record(record, str(sidecar_of(target.path)))
 
 
 def _kv_bytes(spec: RunSpec, profile: Callable[[], Profile]) -> float:

@@ -148,15 +148,22 @@ class DraftCost:
 
 
 def parse_draft_cost(
-    spec: str, kind: str = "block", spec_round: SpecRound = SpecRound()
+    spec: str,
+    kind: str = "block",
+    spec_round: SpecRound = SpecRound(),
+    read: spec_grammar.DraftCostSpec | None = None,
 ) -> DraftCost:
     """`0`, `ratio:X` or the path of a drafter profile CSV, for a drafter of `kind`, with the
-    engine's speculative machinery `spec_round` (docs/design.md, The step-time model)."""
-    read = spec_grammar.draft_cost(spec)
+    engine's speculative machinery `spec_round` (docs/design.md, The step-time model); `read`:
+    `spec` as the caller already read it."""
+    read = spec_grammar.draft_cost(spec) if read is None else read
     if read.profile is None:
         return DraftCost(ratio=read.ratio, kind=kind, spec_round=spec_round)
-    if not Path(read.profile).exists():
-        raise InputError(spec, None, "--draft-cost: expected 0, ratio:X or a drafter profile CSV")
+    if not Path(read.profile).is_file():
+        what = "is a folder" if Path(read.profile).is_dir() else "no such file"
+        raise InputError(
+            spec, None, f"--draft-cost: {what}; expected 0, ratio:X or a drafter profile CSV"
+        )
     return DraftCost(profile=LatencyModel.from_csv(read.profile), kind=kind, spec_round=spec_round)
 
 

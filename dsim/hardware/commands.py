@@ -191,6 +191,8 @@ def profile(
     if out is None:
         raise InputError(None, None, "--out PATH is required (or use: dsim profile show FILE)")
     check_output_file(out, force, sidecar=True)  # before minutes of measuring, not after
+    if out.suffix.lower() != ".csv":
+        raise InputError(out, None, "a profile is a CSV beside its NAME.json: end --out in .csv")
     command = shlex.join(["dsim", *sys.argv[1:]])
     if roofline is not None:
         _no_measurement_options(ctx)

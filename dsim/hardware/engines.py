@@ -314,6 +314,11 @@ def with_graphs(preset: Engine, sizes: tuple[int, ...] | None, mode: str | None)
             f"--capture-sizes and --graph-mode price CUDA graphs, which "
             f"engine {preset.name} does not model: use vllm, vllm-0.8 or sglang",
         )
+    if sizes and mode == "eager":
+        raise InputError(
+            None, None, "--capture-sizes has no effect with --graph-mode eager (decode captures "
+            "no graphs): give one or the other"
+        )  # fmt: skip
     budget = preset.scheduling.token_budget
     if sizes and budget is not None and sizes[-1] > budget:
         raise InputError(

@@ -45,7 +45,7 @@ import pandas as pd
 from dsim.checks import check_number, check_sizes
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
-from dsim.hardware.gpu_model import SpecRound, next_captured
+from dsim.hardware.gpu_model import GRAPH_MODES, SpecRound, next_captured
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
@@ -137,10 +137,18 @@ def decode_graphs(meta: dict[str, Any], where: str | Path) -> tuple[tuple[int, .
     """The sizes a profile's engine captures full decode graphs at and what they count
     ("tokens" or "requests"), from its sidecar; () when its decode steps run without them."""
     graphs = meta.get("engine", {}).get("graphs") or {}
-    graphs = graphs if isinstance(graphs, dict) else {}
+    side = Path(where).with_suffix(".json")
+    if not isinstance(graphs, dict):
+        raise InputError(None, None, f"{side}: engine.graphs must be an object, got {graphs!r}")
+    for key, known in (("decode", GRAPH_MODES), ("keyed_by", ("tokens", "requests"))):
+        if key in graphs and graphs[key] not in known:
+            raise InputError(
+                None, None, f"{side}: engine.graphs.{key} {graphs[key]!r} is not one of "
+                f"{', '.join(known)}"
+            )  # fmt: skip
     sizes = graphs.get("sizes") or ()
     if sizes:
-        what = f"{Path(where).with_suffix('.json')}: engine graphs sizes"
+        what = f"{side}: engine graphs sizes"
         sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), what)
         budget = (meta["engine"].get("scheduling") or {}).get("token_budget")
         if isinstance(budget, int) and sizes[-1] > budget:

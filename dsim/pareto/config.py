@@ -200,11 +200,11 @@ def load_config(path: str | Path) -> SweepConfig:
     bounds = [(key, value) for key, value in sla.items() if key != "anchors"]
     for key, value in bounds:
         check.wrap(f"sla.{key}", lambda pair=(key, value): read_sla([pair]))
+    for layout in layouts or (Layout(()),):  # first: its line names the bundle that fixes it
+        _check_bundle(check, replace(base, **layout.fields), layout)
     _check_inputs(check, base)
     for layout in layouts:
         _check_inputs(check, replace(base, **layout.fields), "layout")
-    for layout in layouts or (Layout(()),):
-        _check_bundle(check, replace(base, **layout.fields), layout)
     check_window(check, base, axis, loads)
     return SweepConfig(
         path,

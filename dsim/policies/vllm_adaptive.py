@@ -274,7 +274,8 @@ def parse(spec: str, arg: str) -> VllmAdaptive:
     costs = opts.get("costs")
     if costs is not None:
         if not Path(costs).is_file():
-            raise InputError(costs, None, f"policy {spec}: costs: no such file")
+            what = "is a folder" if Path(costs).is_dir() else "no such file"
+            raise InputError(costs, None, f"{what} (policy vllm-adaptive's costs=FILE)")
         for curve in read_curves(costs):  # a bad file fails before the run
             build_table(list(curve), 1, 0, costs)
     return VllmAdaptive(spec, int(lag), capture, context, costs)

@@ -293,6 +293,25 @@ def test_a_bad_sidecar_value_names_the_sidecar(monkeypatch, capsys, tmp_path, pa
     assert code == 2 and f"p.json: {name} must be" in err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda e: e.update(graphs="full"), "engine.graphs must be an object"),
+        (lambda e: e["graphs"].update(decode="bogus"), "engine.graphs.decode 'bogus' is not one"),
+        (lambda e: e["graphs"].update(keyed_by="reqs"), "engine.graphs.keyed_by 'reqs' is not"),
+    ],
+)
+def test_a_hand_edited_graph_record_is_one_line(monkeypatch, capsys, tmp_path, edit, words):
+    src = Path("profiles/h200-qwen3-8b-roofline.csv")
+    profile = tmp_path / "p.csv"
+    profile.write_bytes(src.read_bytes())
+    side = json.loads(src.with_suffix(".json").read_text())
+    edit(side["engine"])
+    profile.with_suffix(".json").write_text(json.dumps(side))
+    code, err = _fails(monkeypatch, capsys, tmp_path / "o", "--profile", str(profile))
+    assert code == 2 and "p.json: " + words in err and not (tmp_path / "o").exists()
+
+
 # -- --out: refused when it is not a dsim run folder, replaced whole, kept on failure -----------
 def _run_to(monkeypatch, out: Path, *args: str) -> None:
     argv = ["dsim", "run", "--trace", "synthetic:n=5", *args, "--out", str(out), "--no-progress"]

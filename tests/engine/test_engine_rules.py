@@ -107,7 +107,7 @@ def test_a_bad_sidecar_rule_names_the_file(tmp_path, engine, memory, text):
     profile = profile_with(tmp_path, engine, memory)
     with pytest.raises(InputError) as err:
         config(profile)
-    assert "flat.csv" in str(err.value) and text in str(err.value)
+    assert "flat.json" in str(err.value) and text in str(err.value)  # the value is the sidecar's
 
 
 def test_prefill_first_runs_no_decode_in_a_prefill_step(tmp_path):

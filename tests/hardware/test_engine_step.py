@@ -133,6 +133,7 @@ def test_sglang_captures_more_on_a_bigger_gpu():
         (["--engine", "vllm-0.9"], "unknown engine 'vllm-0.9'; known: vllm, vllm-0.8"),
         (["--engine", "trtllm", "--capture-sizes", "1,2"], "engine trtllm does not model"),
         (["--capture-sizes", "1,2,100000000"], "above engine vllm's step token budget (8192)"),
+        (["--capture-sizes", "1,2", "--graph-mode", "eager"], "no effect with --graph-mode eager"),
     ],
 )
 def test_bad_graph_input_is_one_line_exit_2_and_writes_nothing(
@@ -142,6 +143,15 @@ def test_bad_graph_input_is_one_line_exit_2_and_writes_nothing(
     code, _, err = run_cli(monkeypatch, capsys, "profile", "--roofline", "h200", "--model",
                            "qwen3-8b", *args, "--out", str(out))  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["p.parquet", "p.png", "p"])
+def test_a_profile_is_written_as_a_csv_only(monkeypatch, capsys, tmp_path, name):
+    """A CSV under another name would be read as that format (a .parquet of CSV text)."""
+    code, _, err = run_cli(monkeypatch, capsys, "profile", "--roofline", "h200", "--model",
+                           "qwen3-8b", "--out", str(tmp_path / name))  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "end --out in .csv" in err, err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -113,6 +113,17 @@ def winner(rows: pd.DataFrame, target_rate: float | None) -> pd.Series | None:
     return None if met.empty else met.iloc[0]
 
 
+def unmet(rows: pd.DataFrame, target_rate: float | None, budget: int) -> str | None:
+    """Why a tier (`rows`) has no `winner`, as report.md and the terminal both say it: none
+    meets it, or none serves the target rate within the budget; None when it has one."""
+    if winner(rows, target_rate) is not None:
+        return None
+    if rows["met"].any():
+        return (f"no configuration meets it for {target_rate:g} req/s within {budget} "
+                f"GPU{'s' * (budget != 1)}")  # fmt: skip
+    return "no configuration meets it"
+
+
 def closest(rows: pd.DataFrame) -> pd.Series:
     """The configuration nearest to a tier none meets: the smallest shortfall at its lowest
     load."""

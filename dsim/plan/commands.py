@@ -8,8 +8,9 @@ from typing import Any
 import typer
 
 from dsim import spec_grammar
+from dsim.errors import InputError
 from dsim.hardware.engines import DEFAULT_ENGINE
-from dsim.plan import grid, space, tiers
+from dsim.plan import answer, grid, space, tiers
 from dsim.plan.pipeline import Options, prepare, run_plan
 from dsim.policies.commands import PLUGIN_TIMEOUT
 from dsim.policies.plugin import set_call_limit
@@ -76,25 +77,55 @@ def _count(value: int, name: str, **bounds: float) -> int:
     return int(spec_grammar.number(str(value), name, integer=True, **bounds))
 
 
+def _listed(text: str, option: str) -> tuple[str, ...]:
+    """A comma list's items; none (`''`, `,`) is one line naming the option."""
+    found = spec_grammar.items(text)
+    if not found:
+        raise InputError(None, None, f"{option} {text!r} lists nothing; give at least one value")
+    return found
+
+
+def _names(text: str, option: str, lower: bool = False) -> tuple[str, ...]:
+    """A list of names, each once (`lower`: case-blind names, such as GPUs, read lowercase)."""
+    found = _listed(text, option)
+    return space.distinct(tuple(map(str.lower, found)) if lower else found, option)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    """A list of whole numbers >= 1, each once."""
+    _listed(text, option)
+    return space.distinct(spec_grammar.ints(text, option), option)
+
+
+def _splits(text: str) -> tuple[str, ...]:
+    """`--disagg 1:1,1:3` as P:D (`1 : 3` is `1:3`), each once; none given: ()."""
+    if not text:
+        return ()
+    pairs = (spec_grammar.pair(x, "--disagg") for x in _listed(text, "--disagg"))
+    return space.distinct(tuple(f"{p}:{d}" for p, d in pairs), "--disagg")
+
+
 def _budgets(text: str) -> tuple[int | None, ...]:
     """`--max-num-batched-tokens 8192,16384`; none given: each engine's own (None)."""
-    return spec_grammar.ints(text, "--max-num-batched-tokens") if text else (None,)
+    return _ints(text, "--max-num-batched-tokens") if text else (None,)
 
 
 def options(v: dict[str, Any]) -> Options:
-    """The command's strings read once into the plan's options."""
-    names, ints = spec_grammar.items, spec_grammar.ints
+    """The command's strings read once into the plan's options: every list option lists at
+    least one value (`--disagg` and `--max-num-batched-tokens` may be left out), each once."""
     return Options(
         model=v["model"],
-        gpus=names(v["gpu"]),
-        tps=ints(v["tp"], "--tp"),
-        engines=names(v["engine"]),
-        profiles=tuple(v["profile"]),
-        layouts=space.layouts(ints(v["replicas"], "--replicas"), names(v["disagg"])),
-        policies=space.policy_runs(names(v["policies"]), ints(v["gamma"], "--gamma")),
-        max_seqs=ints(v["max_num_seqs"], "--max-num-seqs"),
+        gpus=_names(v["gpu"], "--gpu", lower=True),
+        tps=_ints(v["tp"], "--tp"),
+        engines=_names(v["engine"], "--engine", lower=True),
+        profiles=space.distinct(tuple(v["profile"]), "--profile"),
+        layouts=space.layouts(_ints(v["replicas"], "--replicas"), _splits(v["disagg"])),
+        policies=space.policy_runs(
+            _names(v["policies"], "--policies"), _ints(v["gamma"], "--gamma")
+        ),
+        max_seqs=_ints(v["max_num_seqs"], "--max-num-seqs"),
         token_budgets=_budgets(v["max_num_batched_tokens"]),
-        tiers=tiers.parse_tiers(v["tier"]),
+        tiers=space.distinct(tiers.parse_tiers(v["tier"]), "--tier", lambda t: t.name),
         budget=_count(v["budget"], "--budget", ge=1),
         trace=v["trace"],
         closed=v["closed_loop"],
@@ -149,10 +180,12 @@ def plan(
         warn(line)
     with progress_bar("plan points", total=None, enabled=progress) as bar:
         table = run_plan(built, out, executor, jobs, address, bar)
-    for name, met in table.groupby("tier", sort=False)["met"].any().items():
-        if not met:
-            warn(f"tier {name}: no configuration meets it (report.md names the closest)")
-    console.print(f"{len(built.configs)} configurations -> {out / 'report.md'}")
+    for name, rows in table.groupby("tier", sort=False):
+        why = answer.unmet(rows, built.options.rate, built.options.budget)
+        if why is not None:
+            warn(f"tier {name}: {why} (report.md names the closest)")
+    n = len(built.configs)
+    console.print(f"{n} configuration{'s' * (n != 1)} -> {out / 'report.md'}")
 
 
 def register(app: typer.Typer) -> None:

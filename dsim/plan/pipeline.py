@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dsim import bench_names, shipped
+from dsim import bench_names, shipped, spec_grammar
 from dsim.acceptance.sources import parse_acceptance
 from dsim.errors import InputError
 from dsim.fileio import check_output_dir, check_writable
@@ -84,8 +84,25 @@ def _closed_trace(o: Options, clients: int) -> str:
     return bench_names.trace_spec(o.trace, given)[0]
 
 
+def _plan_keys(o: Options) -> None:
+    """The plan always sets its trace's request count (from --requests, which has a default)
+    and, closed loop, its clients (the load it searches): a synthetic trace setting one too is
+    refused naming the plan's option, not the benchmark options `bench_names` would name."""
+    if not o.trace.startswith("synthetic"):
+        return
+    given = spec_grammar.key_values(spec_grammar.name_arg(o.trace)[1], f"trace spec {o.trace!r}")
+    where = f"--trace {o.trace!r}"
+    if "n" in given:
+        raise InputError(None, None, f"{where} sets n=, which --requests sets: drop n= and "
+                         f"give --requests {given['n']}")  # fmt: skip
+    if o.closed and "concurrency" in given:
+        raise InputError(None, None, f"{where} sets concurrency=, the clients --closed-loop "
+                         "searches as the load: drop concurrency=")  # fmt: skip
+
+
 def _traffic(o: Options) -> tuple[RunSpec, grid.Traffic, list[str]]:
     """The shared spec and the trace read once: its mean lengths and rate at scale 1."""
+    _plan_keys(o)
     if o.closed:
         base = RunSpec(trace=o.trace, acceptance=o.acceptance)
         workload = load_spec_workload(replace(base, trace=_closed_trace(o, 1)))
@@ -126,7 +143,7 @@ def _targets(
         fix = ("give a drafter profile priced for each --profile (dsim profile --roofline GPU "
                "--model M --tp N --draft-model D), or --draft-cost ratio:X")  # fmt: skip
         return [t.with_draft_cost(cost, fix) for t in found], [], []
-    if o.model is None or not o.gpus:
+    if o.model is None:
         raise InputError(None, None, "give --model and --gpu (estimated here) or --profile FILE")
     built, notes = targets.estimates(o.gpus, o.model, o.tps, o.engines, o.draft_model)
     if o.draft_model is None:
@@ -179,8 +196,9 @@ def prepare(o: Options, out: Path, executor: str, jobs: int, yes: bool) -> Plan:
     configs = space.configs(found, o.layouts, o.policies, o.max_seqs, o.token_budgets, o.budget)
     left = len(found) * len(o.layouts) * len(o.policies) * len(o.max_seqs) * len(o.token_budgets)
     if left > len(configs):
-        notes.append(f"{left - len(configs)} configurations above the budget of {o.budget} "
-                     "GPUs left out")  # fmt: skip
+        n = left - len(configs)
+        notes.append(f"{n} configuration{'s' * (n != 1)} above the budget of {o.budget} "
+                     f"GPU{'s' * (o.budget != 1)} left out")  # fmt: skip
     check_size(_size(o, configs, o.requests, jobs), yes)
     grids = _grids(configs, base, traffic, o, built)
     return Plan(o, base, traffic, tuple(built), tuple(configs), tuple(grids),
@@ -232,7 +250,8 @@ def _about(plan: Plan, ran: int) -> report.About:
         unit = "req/s"
     targets_ = sorted({c.target.label for c in plan.configs})
     lines = (
-        f"{len(plan.configs)} configurations: {', '.join(targets_)}; layouts "
+        f"{len(plan.configs)} configuration{'s' * (len(plan.configs) != 1)}: "
+        f"{', '.join(targets_)}; layouts "
         f"{', '.join(lay.label for lay in o.layouts)}; policies "
         f"{', '.join(f'{p} K{k}' for p, k in o.policies)}; max_num_seqs "
         f"{', '.join(map(str, o.max_seqs))}; step token budgets "

@@ -77,20 +77,17 @@ def _describe(row: pd.Series, about: About) -> str:
 
 def _tier(rows: pd.DataFrame, tier: Tier, configs: dict, about: About) -> list[str]:
     out = [f"## Tier {tier.name}: {tier.bounds}", ""]
-    best = answer.winner(rows, about.target_rate)
-    if best is None:
+    why = answer.unmet(rows, about.target_rate, about.budget)
+    if why is not None:
         if rows["met"].any():  # met, but the target rate takes more GPUs than the budget
             near = rows.iloc[0]  # ranked by GPUs for the target
-            out += [
-                f"**Not met: no configuration meets it for {about.target_rate:g} req/s "
-                f"within {about.budget} GPUs.** Fewest: {_describe(near, about)}.",
-                "",
-            ]
-            return out + _ranked(rows, about)  # fmt: skip
+            out += [f"**Not met: {why}.** Fewest: {_describe(near, about)}.", ""]
+            return out + _ranked(rows, about)
         near = answer.closest(rows)
-        out += [f"**Not met: no configuration meets it.** Closest: `{near['config']}`, which at "
-                f"its lowest load run misses {near['misses_at_lowest_load']}.", ""]  # fmt: skip
+        out += [f"**Not met: {why}.** Closest: `{near['config']}`, which at its lowest load "
+                f"run misses {near['misses_at_lowest_load']}.", ""]  # fmt: skip
         return out + _ranked(rows, about)
+    best = answer.winner(rows, about.target_rate)
     out += [f"**Best:** {_describe(best, about)}.", ""]
     engine = best["engine"]
     if launch.shipped(best["policy"], engine) or engine not in launch.SHIPPED:

@@ -4,7 +4,9 @@ the GPU budget are left out before any work."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from dsim import spec_grammar
 from dsim.cluster.topology import layout as check_layout
@@ -14,6 +16,19 @@ from dsim.run_spec import RunSpec
 
 # Policies that draft nothing or one token whatever K is: one configuration each, not one per K.
 NO_K = {"ar": 1, "mtp1": 1}
+T = TypeVar("T")
+
+
+def distinct(values: Sequence[T], option: str, name: Callable[[T], str] = str) -> tuple[T, ...]:
+    """`values` of one axis of the search (a list option), each once: a value given twice
+    would search the same configurations twice, so it is one line naming the option and the
+    value (`name(v)`, also what is compared)."""
+    seen: set[str] = set()
+    for value in values:
+        if name(value) in seen:
+            raise InputError(None, None, f"{option}: {name(value)} given twice; give each once")
+        seen.add(name(value))
+    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -82,19 +97,19 @@ class Config:
 
 
 def layouts(replicas: tuple[int, ...], disagg: tuple[str, ...]) -> tuple[Layout, ...]:
-    """`--replicas 1,2` and `--disagg 1:1,1:3`, each checked as a run checks it."""
+    """`--replicas 1,2` and `--disagg 1:1,1:3` (each list `distinct`), each checked as a run
+    checks it."""
     found = [Layout(replicas=r) for r in replicas]
     found += [Layout(disagg=d) for d in disagg]
     for lay in found:
         check_layout(lay.replicas, lay.disagg)
-    if len(set(found)) != len(found):
-        raise InputError(None, None, "--replicas or --disagg lists a layout twice")
     return tuple(found)
 
 
 def policy_runs(policies: tuple[str, ...], ks: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
     """(policy, K) pairs: `fixed` is fixed:K for every K; `fixed:K` is itself at K; `ar` and
-    `mtp1` once (K 1); any other policy (adaptive, a plug-in) at every K as its most drafts."""
+    `mtp1` once (K 1); any other policy (adaptive, a plug-in) at every K as its most drafts;
+    each pair once (`fixed,fixed:3` at K 3 runs fixed:3 twice)."""
     runs: list[tuple[str, int]] = []
     for policy in policies:
         if policy in NO_K:
@@ -105,9 +120,7 @@ def policy_runs(policies: tuple[str, ...], ks: tuple[int, ...]) -> tuple[tuple[s
             runs.append((policy, max(1, int(policy[6:]))))
         else:
             runs += [(policy, k) for k in ks]
-    if len(set(runs)) != len(runs):
-        raise InputError(None, None, "--policies names the same policy and K twice")
-    return tuple(runs)
+    return distinct(runs, "--policies", lambda run: f"{run[0]} at K {run[1]}")
 
 
 def configs(

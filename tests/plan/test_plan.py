@@ -168,11 +168,12 @@ def test_a_rerun_reads_every_point_from_the_cache(monkeypatch, capsys, tmp_path)
 
 def test_a_tier_no_configuration_meets_names_the_closest(monkeypatch, capsys, tmp_path):
     out = tmp_path / "p"
-    code, _, err = run_cli(
+    code, stdout, err = run_cli(
         monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1", "--model", "qwen3-8b",
         "--tier", "impossible:tps_p50=100000", *SMALL,
     )  # fmt: skip
     assert code == 0 and "tier impossible: no configuration meets it" in err
+    assert "1 configuration -> " in stdout, stdout  # one searched: singular
     report = (out / "report.md").read_text()
     assert "**Not met: no configuration meets it.** Closest:" in report
     assert "tps_p50 < 100000" in report
@@ -253,12 +254,85 @@ def test_bad_input_is_one_line_and_nothing_written(monkeypatch, capsys, tmp_path
     assert not out.exists()
 
 
+BASE = ("--model", "qwen3-8b", "--budget", "2", "--requests", "40", "--seeds", "1",
+        "--gamma", "3", "--trace", "synthetic:prompt=200,output=100,sigma=0",
+        "--tier", "x:ttft_p99_s=1", "--no-progress")  # fmt: skip
+
+
+def refused_plan(monkeypatch, capsys, tmp_path, *args: str) -> str:
+    """`dsim plan BASE ARGS`: bad input's contract (exit 2, one line, no traceback, no OUT
+    folder); returns the line."""
+    out = tmp_path / "p"
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out), *BASE, *args)
+    assert code == 2 and err.startswith("dsim: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and not out.exists()
+    return err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--policies", ""), ("--policies", ","), ("--engine", ""), ("--gpu", ""), ("--tp", ","),
+     ("--replicas", " "), ("--gamma", ""), ("--max-num-seqs", ","), ("--disagg", ","),
+     ("--max-num-batched-tokens", ",")],
+    ids=lambda a: f"{a[0]}={a[1]!r}",
+)  # fmt: skip
+def test_a_list_option_that_lists_nothing_is_one_line(monkeypatch, capsys, tmp_path, args):
+    """Every list option: blank is one line naming it (was a traceback for --policies and
+    --engine); --disagg and --max-num-batched-tokens are left out by not giving them."""
+    err = refused_plan(monkeypatch, capsys, tmp_path, *args)
+    assert f"{args[0]} {args[1]!r} lists nothing; give at least one value" in err
+
+
+PROFILE = "profiles/h200-qwen3-8b-roofline.csv"
+TWICE = [
+    (("--tp", "1,1"), "--tp: 1"), (("--engine", "vllm,vllm"), "--engine: vllm"),
+    (("--gpu", "h200,H200"), "--gpu: h200"),
+    (("--max-num-seqs", "256,256"), "--max-num-seqs: 256"),
+    (("--replicas", "1,1"), "--replicas: 1"), (("--disagg", "1:1, 1 : 1"), "--disagg: 1:1"),
+    (("--gamma", "3,3"), "--gamma: 3"), (("--policies", "fixed,fixed"), "--policies: fixed"),
+    (("--policies", "fixed,fixed:3"), "--policies: fixed:3 at K 3"),
+    (("--max-num-batched-tokens", "8192,8192"), "--max-num-batched-tokens: 8192"),
+    (("--profile", PROFILE, "--profile", PROFILE), f"--profile: {PROFILE}"),
+    (("--tier", "x:"), "--tier: x"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "says"), TWICE, ids=[" ".join(a) for a, _ in TWICE])
+def test_a_value_given_twice_is_one_line(monkeypatch, capsys, tmp_path, args, says):
+    """Every list option: a repeated value would search the same configurations twice (same
+    plan.csv rows), so it is refused naming the option and the value."""
+    err = refused_plan(monkeypatch, capsys, tmp_path, *args)
+    assert f"{says} given twice; give each once" in err
+
+
+def test_a_bound_given_twice_in_a_tier_is_the_sla_s_one_line(monkeypatch, capsys, tmp_path):
+    """Not the later bound kept: the SLA reader's rule, as `dsim run --sla` twice."""
+    tier = "y:ttft_p99_s=1,ttft_p99_s=5"
+    err = refused_plan(monkeypatch, capsys, tmp_path, "--tier", tier)
+    assert f"--tier {tier!r}: SLA ttft_p99_s given twice" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--trace", "synthetic:n=40,prompt=200"),
+         "sets n=, which --requests sets: drop n= and give --requests 40"),
+        (("--closed-loop", "--trace", "synthetic:concurrency=4,prompt=200"),
+         "sets concurrency=, the clients --closed-loop searches as the load"),
+    ],
+    ids=["n", "concurrency"],
+)  # fmt: skip
+def test_a_trace_key_the_plan_sets_names_the_plan_option(monkeypatch, capsys, tmp_path, args, says):
+    err = refused_plan(monkeypatch, capsys, tmp_path, *args)
+    assert says in err and "benchmark options" not in err
+
+
 def test_the_budget_leaves_out_what_it_cannot_hold(monkeypatch, capsys, tmp_path):
     out = tmp_path / "p"
     code, _, err = run_cli(monkeypatch, capsys, "plan", "--out", str(out), "--budget", "1",
                            "--model", "qwen3-8b", "--replicas", "1,2", "--tier", "t:",
                            *SMALL)  # fmt: skip
-    assert code == 0 and "configurations above the budget of 1 GPUs left out" in err
+    assert code == 0 and "1 configuration above the budget of 1 GPU left out" in err
     assert set(pd.read_csv(out / "plan.csv")["gpus"]) == {1}
     assert math.isfinite(pd.read_csv(out / "plan.csv")["rate_per_gpu"].iloc[0])
 
@@ -338,7 +412,9 @@ def test_a_rate_beyond_the_budget_names_the_fewest_gpus_that_serve_it(
     report = (out / "report.md").read_text()
     fewest = plan.iloc[0]
     assert plan["met"].all() and not plan["within_budget"].any()
-    assert "for 100000 req/s within 1 GPUs.** Fewest: `" in report
+    said = "tier loose: no configuration meets it for 100000 req/s within 1 GPU"
+    assert said in err, err  # on stderr, as a tier none meets (docs/plan.md, Bad input)
+    assert "for 100000 req/s within 1 GPU.** Fewest: `" in report
     assert f"takes {fewest['copies_for_target']} copies, {fewest['gpus_for_target']} GPUs" in report
 
 

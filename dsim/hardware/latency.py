@@ -45,6 +45,7 @@ import pandas as pd
 from dsim.checks import check_number, check_sizes
 from dsim.errors import InputError
 from dsim.fileio import write_with_sidecar
+from dsim.hardware.engines import Scheduling
 from dsim.hardware.gpu_model import GRAPH_MODES, SpecRound, next_captured
 from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
@@ -150,8 +151,9 @@ def decode_graphs(meta: dict[str, Any], where: str | Path) -> tuple[tuple[int, .
     if sizes:
         what = f"{side}: engine graphs sizes"
         sizes = check_sizes(tuple(sizes) if isinstance(sizes, list) else (sizes,), what)
-        budget = (meta["engine"].get("scheduling") or {}).get("token_budget")
-        if isinstance(budget, int) and sizes[-1] > budget:
+        record = meta["engine"].get("scheduling")  # read by its own reader: a bad one is one line
+        budget = None if record is None else Scheduling.from_record(record, str(side)).token_budget
+        if budget is not None and sizes[-1] > budget:
             raise InputError(
                 None, None, f"{what}: {sizes[-1]} is above the engine's step token budget "
                 f"({budget}, engine.scheduling.token_budget): a step never holds that many"

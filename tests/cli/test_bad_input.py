@@ -299,6 +299,12 @@ def test_a_bad_sidecar_value_names_the_sidecar(monkeypatch, capsys, tmp_path, pa
         (lambda e: e.update(graphs="full"), "engine.graphs must be an object"),
         (lambda e: e["graphs"].update(decode="bogus"), "engine.graphs.decode 'bogus' is not one"),
         (lambda e: e["graphs"].update(keyed_by="reqs"), "engine.graphs.keyed_by 'reqs' is not"),
+        # the scheduling record the graphs' sizes are checked against (was an AttributeError)
+        (lambda e: e.update(scheduling=5), "engine.scheduling needs mixed_prefill"),
+        (
+            lambda e: e["scheduling"].update(token_budget=True),
+            "engine.scheduling.token_budget must be null or an integer",
+        ),
     ],
 )
 def test_a_hand_edited_graph_record_is_one_line(monkeypatch, capsys, tmp_path, edit, words):

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from dsim import shipped, spec_grammar
+from dsim.engine.config import DRAFTER_KINDS
 from dsim.errors import InputError
+from dsim.fileio import sidecar_of
 from dsim.hardware.latency import profile_metadata
 
 # What a sidecar says about the target setup, and the words that name it.
@@ -38,8 +40,17 @@ def drafter_kind(draft_cost: str) -> str:
 
 
 def kind_of(drafter: str | None) -> str:
-    """`drafter_kind` of a drafter profile's path (None: no profile)."""
-    return "auto" if drafter is None else str(_sidecar(drafter).get("drafter_kind", "auto"))
+    """`drafter_kind` of a drafter profile's path (None: no profile); a kind dsim does not know
+    is the sidecar's fault, so its line names the sidecar, not `--drafter-kind`."""
+    if drafter is None:
+        return "auto"
+    kind = _sidecar(drafter).get("drafter_kind", "auto")
+    if kind not in DRAFTER_KINDS:
+        raise InputError(
+            sidecar_of(shipped.locate(drafter)), None,
+            f"drafter_kind must be one of {', '.join(DRAFTER_KINDS)}, got {kind!r}",
+        )  # fmt: skip
+    return str(kind)
 
 
 def draft_model(draft_cost: str) -> str | None:

@@ -5,6 +5,7 @@ step-time model)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -419,6 +420,23 @@ def test_a_drafter_profile_priced_beside_another_target_is_one_line(monkeypatch,
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2 and err.count("\n") == 1 and not out.exists()
     assert "they differ in model, tp" in err and "--draft-cost ratio:X" in err
+
+
+@pytest.mark.parametrize("kind", ["xyz", None])
+def test_a_drafter_kind_its_sidecar_does_not_know_names_the_sidecar(
+    monkeypatch, capsys, tmp_path, kind
+):
+    """The kind is the sidecar's, not --drafter-kind's (which the command line never gave)."""
+    drafter = tmp_path / "d.csv"
+    drafter.write_bytes(Path(EAGLE).read_bytes())
+    side = json.loads(Path(EAGLE).with_suffix(".json").read_text())
+    drafter.with_suffix(".json").write_text(json.dumps({**side, "drafter_kind": kind}))
+    out = tmp_path / "o"
+    args = ["run", "--trace", TRACE, "--profile", "profiles/h200-qwen3-8b-roofline.csv",
+            "--draft-cost", str(drafter), "--out", str(out), "--no-progress"]  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "d.json: drafter_kind must be one of" in err and "--drafter-kind" not in err
 
 
 @pytest.mark.parametrize(("policy", "warned"), [("vllm-adaptive", True), ("dspark", False)])

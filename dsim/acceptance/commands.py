@@ -116,9 +116,10 @@ def synth_acceptance(
     force: bool = FORCE,
 ) -> None:
     """Write an acceptance trace sampled from a parametric acceptance model."""
+    from dsim.acceptance.sources import spec_files
     from dsim.acceptance.synth import write_synthetic_trace
 
-    check_output_file(out, force, sidecar=True)
+    check_output_file(out, force, sidecar=True, reads=spec_files(acceptance))
     command = shlex.join(["dsim", *sys.argv[1:]])
     df = write_synthetic_trace(acceptance, gamma, sequences, rounds, seed, out, command, tokens)
     Console().print(f"wrote {out} ({len(df)} rounds, {sequences} sequences, gamma {gamma})")

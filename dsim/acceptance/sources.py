@@ -116,6 +116,13 @@ def _domain(part: AcceptancePart, gamma: int) -> tuple[DomainModel, dict[str, fl
     return vllm_domain(rest, gamma, o["spread"], o["spread_req"], model, since), o
 
 
+def spec_files(spec: str) -> tuple[str, ...]:
+    """The files an acceptance spec reads (a trace file, `vllm:` scrapes): a command that
+    writes a trace must never write it over one of them."""
+    parts = spec_grammar.acceptance(spec)
+    return (spec,) if parts is None else tuple(p.rest for p in parts if p.kind == "vllm")
+
+
 def stated_curve(spec: str) -> tuple[str, Acceptance] | None:
     """The curve a one-entry spec states, as vLLM counts it: a `vllm:` scrape's counts
     ("scrape"), or the curve a `tau:` figure implies, per round ("tau"); else None."""

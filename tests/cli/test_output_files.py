@@ -135,6 +135,29 @@ def test_synth_acceptance_keeps_the_users_sidecar(monkeypatch, capsys, tmp_path)
     assert code == 0, err
 
 
+@pytest.mark.parametrize(
+    ("src", "spec", "gamma"),
+    [("traces/acceptance/smollm2-ar.parquet", "{}", "7"), ("docs/examples/vllm_scrape.prom",
+     "vllm:{}", "3")],
+)  # fmt: skip
+def test_synth_acceptance_never_writes_over_what_it_reads(
+    monkeypatch, capsys, tmp_path, src, spec, gamma
+):
+    """A recorded trace (dsim's own, so no --force is needed) or a scrape the spec samples
+    from: writing the synthetic trace over it would destroy the input."""
+    shutil.copy(src, tmp_path / Path(src).name)
+    if Path(src).with_suffix(".json").exists():
+        shutil.copy(Path(src).with_suffix(".json"), tmp_path)
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+    path = str(tmp_path / Path(src).name)
+    args = ["synth-acceptance", "--acceptance", spec.format(path), "--gamma", gamma,
+            "--sequences", "3", "--rounds", "4", "--out", path]  # fmt: skip
+    for force in ([], ["--force"]):
+        code, _, err = run_cli(monkeypatch, capsys, *args, *force)
+        assert code == 2 and err.count("\n") == 1 and "a file this command reads" in err, err
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before
+
+
 def test_a_folder_or_a_json_name_is_not_an_output_file(monkeypatch, capsys, tmp_path):
     (tmp_path / "d.csv").mkdir()
     code, _, err = run_cli(monkeypatch, capsys, *ROOFLINE, "--out", str(tmp_path / "d.csv"))

@@ -133,36 +133,48 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + turned * sin
 
 
+class RandomWeights:
+    """Random tensors, deterministic in `seed`: weights scaled by fan-in, norms at one."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, seed: int = 0):
+        self.device, self.dtype = device, dtype
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+
+    def matrix(self, rows: int, cols: int) -> torch.Tensor:
+        w = torch.randn(rows, cols, generator=self.gen, device=self.device, dtype=self.dtype)
+        return w.mul_(cols**-0.5)
+
+    def ones(self, n: int) -> torch.Tensor:
+        return torch.ones(n, device=self.device, dtype=self.dtype)
+
+    def layer(self, s: Shape, qkv_inputs: int = 1) -> dict[str, torch.Tensor]:
+        """One decoder layer's weights (fused QKV and gate-up); its QKV projection reads
+        `qkv_inputs` hidden-sized inputs (EAGLE-3's first layer reads two)."""
+        h, d = s.hidden_size, s.head_dim
+        qkv = (s.num_attention_heads + 2 * s.num_key_value_heads) * d
+        return {
+            "in_norm": self.ones(h), "qkv": self.matrix(qkv, qkv_inputs * h),
+            "q_norm": self.ones(d), "k_norm": self.ones(d),
+            "o": self.matrix(h, s.num_attention_heads * d), "post_norm": self.ones(h),
+            "gate_up": self.matrix(2 * s.intermediate_size, h),
+            "down": self.matrix(h, s.intermediate_size),
+        }  # fmt: skip
+
+
 class Decoder:
     """Random-weight decoder of `shape` (fused QKV and gate-up weights), deterministic in `seed`."""
 
     def __init__(self, shape: Shape, device: torch.device, dtype: torch.dtype, seed: int = 0):
         self.shape, self.device, self.dtype = shape, device, dtype
-        gen = torch.Generator(device=device).manual_seed(seed)
-        s, h, d = shape, shape.hidden_size, shape.head_dim
-
-        def weight(rows: int, cols: int) -> torch.Tensor:
-            w = torch.randn(rows, cols, generator=gen, device=device, dtype=dtype)
-            return w.mul_(cols**-0.5)
-
-        def ones(n: int) -> torch.Tensor:
-            return torch.ones(n, device=device, dtype=dtype)
-
-        qkv = (s.num_attention_heads + 2 * s.num_key_value_heads) * d
-        self.layers = [
-            {
-                "in_norm": ones(h), "qkv": weight(qkv, h), "q_norm": ones(d), "k_norm": ones(d),
-                "o": weight(h, s.num_attention_heads * d), "post_norm": ones(h),
-                "gate_up": weight(2 * s.intermediate_size, h),
-                "down": weight(h, s.intermediate_size),
-            }
-            for _ in range(s.num_hidden_layers)
-        ]  # fmt: skip
-        self.embed = weight(s.vocab_size, h)
-        self.norm, self.lm_head = ones(h), weight(s.vocab_size, h)
+        rand = RandomWeights(device, dtype, seed)
+        self.layers = [rand.layer(shape) for _ in range(shape.num_hidden_layers)]
+        self.embed = rand.matrix(shape.vocab_size, shape.hidden_size)
+        self.norm = rand.ones(shape.hidden_size)
+        self.lm_head = rand.matrix(shape.vocab_size, shape.hidden_size)
         self.wide = torch.promote_types(dtype, torch.float32)  # rotary angles' dtype
+        d = shape.head_dim
         exponent = torch.arange(0, d, 2, device=device, dtype=self.wide) / d
-        self.inv_freq = 1.0 / (s.rope_theta**exponent)
+        self.inv_freq = 1.0 / (shape.rope_theta**exponent)
 
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (T, 1, head_dim) of `positions` (T,)."""
@@ -173,31 +185,47 @@ class Decoder:
     def forward(self, pool: KVPool, step: VerifyStep) -> torch.Tensor:
         """Logits (R * q, vocab) of `step`'s tokens; writes their K and V into slots 0..R-1
         of `pool` at positions C..C+q-1 (never committed: every replay sees the same cache)."""
-        s, (r, n, c) = self.shape, (step.seqs, step.tokens, step.context)
-        heads, kv_heads, d, eps = (
-            s.num_attention_heads,
-            s.num_key_value_heads,
-            s.head_dim,
-            s.rms_norm_eps,
-        )
         x = self.embed[step.ids]
         for i, w in enumerate(self.layers):
-            qkv = F.linear(_rms_norm(x, w["in_norm"], eps), w["qkv"])
-            q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
-            q, k, v = q.view(-1, heads, d), k.view(-1, kv_heads, d), v.view(-1, kv_heads, d)
-            if s.qk_norm:
-                q, k = _rms_norm(q, w["q_norm"], eps), _rms_norm(k, w["k_norm"], eps)
-            q, k = _rotate(q, step.cos, step.sin), _rotate(k, step.cos, step.sin)
-            keys, values = pool.kv[i, 0, :r], pool.kv[i, 1, :r]  # (R, kv_heads, capacity, d)
-            keys[:, :, c : c + n] = k.view(r, n, kv_heads, d).transpose(1, 2)
-            values[:, :, c : c + n] = v.view(r, n, kv_heads, d).transpose(1, 2)
-            out = gqa_attention(
-                q.view(r, n, heads, d), keys[:, :, : c + n], values[:, :, : c + n], step.mask
-            )
-            x = x + F.linear(out.reshape(r * n, heads * d), w["o"])
-            gate, up = F.linear(_rms_norm(x, w["post_norm"], eps), w["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w["down"])
-        return F.linear(_rms_norm(x, self.norm, eps), self.lm_head)  # every verify token's logits
+            qkv_in = _rms_norm(x, w["in_norm"], self.shape.rms_norm_eps)
+            x = layer_forward(self.shape, w, qkv_in, x, pool.kv[i, :, : step.seqs], step)
+        return self.head(x)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of every row of `x` (every verify token's)."""
+        return F.linear(_rms_norm(x, self.norm, self.shape.rms_norm_eps), self.lm_head)
+
+
+def layer_forward(
+    s: Shape, w: dict[str, torch.Tensor], qkv_in: torch.Tensor, x: torch.Tensor,
+    kv: torch.Tensor, step: VerifyStep,
+) -> torch.Tensor:  # fmt: skip
+    """One decoder layer: attention from the (already normed) QKV input `qkv_in` over the
+    cache `kv` (2, R, kv_heads, capacity, head_dim), writing the step's keys and values at
+    C..C+q-1, then the gated MLP; returns `x` after both residual adds. A drafter whose QKV
+    reads a wider input (EAGLE-3's [embedding; hidden]) passes that input and a wider weight."""
+    heads, kv_heads, d, eps = (
+        s.num_attention_heads,
+        s.num_key_value_heads,
+        s.head_dim,
+        s.rms_norm_eps,
+    )
+    r, n, c = step.seqs, step.tokens, step.context
+    qkv = F.linear(qkv_in, w["qkv"])
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q, k, v = q.view(-1, heads, d), k.view(-1, kv_heads, d), v.view(-1, kv_heads, d)
+    if s.qk_norm:
+        q, k = _rms_norm(q, w["q_norm"], eps), _rms_norm(k, w["k_norm"], eps)
+    q, k = _rotate(q, step.cos, step.sin), _rotate(k, step.cos, step.sin)
+    keys, values = kv[0], kv[1]  # (R, kv_heads, capacity, d)
+    keys[:, :, c : c + n] = k.view(r, n, kv_heads, d).transpose(1, 2)
+    values[:, :, c : c + n] = v.view(r, n, kv_heads, d).transpose(1, 2)
+    out = gqa_attention(
+        q.view(r, n, heads, d), keys[:, :, : c + n], values[:, :, : c + n], step.mask
+    )
+    x = x + F.linear(out.reshape(r * n, heads * d), w["o"])
+    gate, up = F.linear(_rms_norm(x, w["post_norm"], eps), w["gate_up"]).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w["down"])
 
 
 class VerifyStep:

@@ -16,16 +16,12 @@ import json
 import platform
 import shlex
 import sys
-import warnings
 from pathlib import Path
 
-# The GPU machine has no numpy; torch works without it and says so once at import.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import torch
 
-import torch  # noqa: E402
-
-from dsim.errors import InputError  # noqa: E402
-from dsim.models.gpu_profile import VerifyGrid, profile_serving  # noqa: E402
+from dsim.errors import InputError
+from dsim.models.gpu_profile import VerifyGrid, profile_serving
 
 MODULE = "dsim.models.serving_profile"
 # Qwen3-8B's config.json fields (dsim.hardware.zoo's, checked equal by a test), read here

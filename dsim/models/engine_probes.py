@@ -6,7 +6,7 @@ Three probes, each on random weights of a dense target (Qwen3-8B by default):
 - **graphs**: one decode step (R = n sequences, one token each, C cached tokens) called eagerly
   and as a CUDA-graph replay, at token counts that are and are not captured sizes. Eager minus
   replay is what launching costs when a step falls outside the captured graphs; the host's own
-  issue time (the eager call's wall time before it synchronises) divided by the layers and by
+  launch time (the eager call's wall time before it synchronises) divided by the layers and by
   the non-view aten ops the step dispatches prices dsim's launch priors; the replayed curve at
   n and at the next captured size prices the padding a graphed step pays.
 - **drafter**: an EAGLE-3 draft pass at the target's width (fc fusing three hidden states, one
@@ -85,7 +85,7 @@ class ProbeGrid:
 
 def dispatched_ops(call: Callable[[], Any]) -> int:
     """Non-view aten ops one call of `call` dispatches (views launch no kernel): the launches
-    an eager step issues, counted by a dispatch mode."""
+    an eager step launches, counted by a dispatch mode."""
 
     class Counter(TorchDispatchMode):
         ops = 0
@@ -113,8 +113,8 @@ def time_eager(
     call: Callable[[], Any], device: torch.device, repeats: int
 ) -> tuple[list[float], list[float]]:
     """Seconds of each of `repeats` eager calls (CUDA events: launch gaps included) and the
-    host's issue time of each (wall time until the call returns, before synchronising)."""
-    elapsed, issued = [], []
+    host's launch time of each (wall time until the call returns, before synchronising)."""
+    elapsed, launched = [], []
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -122,22 +122,22 @@ def time_eager(
             start.record()
             began = time.perf_counter()
             call()
-            issued.append(time.perf_counter() - began)
+            launched.append(time.perf_counter() - began)
             end.record()
             end.synchronize()
             elapsed.append(start.elapsed_time(end) / 1e3)
         else:
             began = time.perf_counter()
             call()
-            issued.append(time.perf_counter() - began)
-            elapsed.append(issued[-1])
-    return elapsed, issued
+            launched.append(time.perf_counter() - began)
+            elapsed.append(launched[-1])
+    return elapsed, launched
 
 
 def graphs_probe(
     model: Decoder, pool: KVPool, n: int, context: int, warmup: int, repeats: int
 ) -> dict[str, Any]:
-    """One decode step of n sequences eager and replayed: times, host issue time, ops."""
+    """One decode step of n sequences eager and replayed: times, host launch time, ops."""
     step = VerifyStep(model, n, 1, context)
 
     def run() -> torch.Tensor:
@@ -146,20 +146,20 @@ def graphs_probe(
     for _ in range(warmup):
         run()
     ops = dispatched_ops(run)
-    eager, issued = time_eager(run, model.device, repeats)
+    eager, launched = time_eager(run, model.device, repeats)
     replay = replayer(run, model.device, 1)
     graph = time_calls(replay, model.device, repeats)
-    _, replay_issued = time_eager(replay, model.device, repeats)
+    _, replay_launched = time_eager(replay, model.device, repeats)
     layers = model.shape.num_hidden_layers
-    issue_ms = statistics.median(issued) * 1e3
+    launch_ms = statistics.median(launched) * 1e3
     return {
         "tokens": n, "num_seqs": n, "context_len": context, "layers": layers, "aten_ops": ops,
         **{f"eager_{k}": v for k, v in _summary(eager).items()},
         **{f"graph_{k}": v for k, v in _summary(graph).items()},
-        "eager_issue_ms": issue_ms,
-        "graph_issue_ms": statistics.median(replay_issued) * 1e3,
-        "issue_us_per_layer": issue_ms * 1e3 / layers,
-        "issue_us_per_op": issue_ms * 1e3 / max(ops, 1),
+        "eager_launch_ms": launch_ms,
+        "graph_launch_ms": statistics.median(replay_launched) * 1e3,
+        "launch_us_per_layer": launch_ms * 1e3 / layers,
+        "launch_us_per_op": launch_ms * 1e3 / max(ops, 1),
     }  # fmt: skip
 
 
@@ -324,7 +324,7 @@ def run_probes(
         "cuda": torch.version.cuda, "dtype": dtype, "model_config": asdict(shape),
         "grid": asdict(grid), "repeats": repeats, "warmup": warmup,
         "timing": "CUDA events around each call (eager: launch gaps included) and the host's "
-        "issue time before synchronising" if dev.type == "cuda" else "wall time (CPU: no graphs)",
+        "launch time before synchronising" if dev.type == "cuda" else "wall time (CPU: no graphs)",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **rows, "skipped": skipped, "wall_s": round(time.perf_counter() - started, 1),
     }  # fmt: skip

@@ -24,12 +24,12 @@ def gpu_only_ms(points: pd.DataFrame, model: str = "qwen3-8b", gpu: str = "h200"
     return price.step(preset.terms, b, r, c, np.zeros(len(b), bool)) * 1e3
 
 
-def compare(measured: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """Per point: measured and estimated ms, level error (estimate - measured) / measured,
+def compare(measured: pd.DataFrame, gpu: str = "h200") -> tuple[pd.DataFrame, dict]:
+    """On `gpu`, per point: measured and estimated ms, level error (estimate - measured) / measured,
     and for q > 1 the shape T(R, q) / T(R, 1) of both and its error (estimated / measured - 1)."""
     t = measured[measured["phase"] == "verify"].copy()
     t["q"] = t["batch_tokens"] // t["num_seqs"]
-    t["estimate_ms"] = gpu_only_ms(t)
+    t["estimate_ms"] = gpu_only_ms(t, gpu=gpu)
     t["level_error"] = t["estimate_ms"] / t["latency_ms"] - 1
     base = t[t["q"] == 1].set_index(["num_seqs", "context_len"])
     key = pd.MultiIndex.from_frame(t[["num_seqs", "context_len"]])

@@ -131,8 +131,8 @@ def main() -> None:
     status = (
         "No published result was read before this file was committed."
         if kind == "ar"
-        else "**Not a prediction**: a post-hoc diagnostic run after the published results were read "
-        "(`published.md`), the rule's setup with one drafter setting changed; no term changed."
+        else "**Not a prediction**: a post-hoc diagnostic run after the published results were "
+        "read (`published.md`), the rule's setup with one drafter setting changed; no term changed."
     )
     title = "Prediction" if kind == "ar" else "Post-hoc diagnostic (not a prediction)"
     lines = [

@@ -5,7 +5,7 @@ README.md, Serving-grade profile). Runs on the CPU once the profile has come bac
 
 Writes serving_comparison.{csv,json,md} into experiments/gpu_profile/serving/ (or --out-dir).
 The estimate is evaluated at the measured points themselves (`dsim.hardware.estimate_check`),
-Qwen3-8B bf16 on one H200.
+Qwen3-8B bf16 on the GPU the profile's device column names (H100 or H200).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from dsim.fileio import write_json, write_with  # noqa: E402
 from dsim.hardware.estimate_check import LEVEL_TARGET, SHAPE_TOL, compare  # noqa: E402
 from dsim.hardware.latency import read_profile  # noqa: E402
+from dsim.hardware.probe_check import gpu_key  # noqa: E402
 
 
 def markdown(table: pd.DataFrame, summary: dict, profile: str) -> str:
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default=str(ROOT / "profiles/h200-qwen3-8b-serving.csv"))
     parser.add_argument("--out-dir", default=str(HERE / "serving"))
     args = parser.parse_args(argv)
-    table, summary = compare(read_profile(args.profile))
+    profile = read_profile(args.profile)
+    gpu = gpu_key(str(profile["device"].iloc[0])) if "device" in profile else "h200"
+    table, summary = compare(profile, gpu)
     out = Path(args.out_dir)
     name = Path(args.profile).name
     write_with(out / "serving_comparison.csv", lambda tmp: table.to_csv(tmp, index=False))

@@ -13,6 +13,7 @@ import torch
 from conftest import ROOT
 from scipy.stats import chisquare
 
+from dsim.hardware.probe_check import compare
 from dsim.models.engine_probes import (
     Eagle3Drafter,
     ProbeGrid,
@@ -158,6 +159,19 @@ def test_every_point_is_timed_or_skipped_with_its_reason():
                       deadline_s=-1.0, progress=lambda line: None)  # fmt: skip
     assert late["graphs"] == [] and len(late["skipped"]) == 2 + 2 + 8
     assert {s["why"] for s in late["skipped"]} == {"deadline"}
+
+
+def test_the_comparison_reads_every_probe_the_device_writes():
+    """The JSON the device brings back, relabelled as an H200's, through every rule."""
+    grid = ProbeGrid((3, 4), 4, (1, 2), 4, 3, (1, 2), (1, 3))
+    result = run_probes(SHAPE, grid, device="cpu", dtype="float32", repeats=2, warmup=1,
+                        progress=lambda line: None)  # fmt: skip
+    probes = json.loads(json.dumps({**result, "device": "NVIDIA H200"}))
+    tables, summary = compare(probes)
+    assert summary["padding"]["points"] == 1 and summary["launch"]["points"] == 2
+    assert len(tables["drafter"]) == 2 * 2 and summary["drafter"]["points"] == 4
+    assert len(tables["sampler"]) == 8 and set(summary["sampler"]["median_share"]) == {
+        "greedy", "random"}  # fmt: skip
 
 
 def test_a_sampler_mode_must_be_known():

@@ -1,6 +1,6 @@
 """Small inputs the tests of several packages build: an acceptance trace's rows, a vLLM
-`/metrics` scrape's text, a tiny pareto sweep, an untrained drafter on the tiny target. On
-pytest's path (`pythonpath` in pyproject.toml), as conftest is."""
+`/metrics` scrape's text, a tiny pareto sweep, an untrained drafter on the tiny target, a tiny
+Qwen3 config. On pytest's path (`pythonpath` in pyproject.toml), as conftest is."""
 
 from __future__ import annotations
 
@@ -130,3 +130,10 @@ def untrained_drafter(target, kind: str = "markov", gamma: int = 4):
     config = DrafterConfig.default(kind, gamma, target.hidden_size, width=32)
     drafter = Drafter(config, torch.arange(300))
     return drafter.attach(target.embedding.weight, target.lm_head_weight).eval()
+
+
+# -- a tiny Qwen3 config (the GPU profile's and the engine probes' CPU tests) -----------------
+TINY_QWEN3 = dict(
+    model_type="qwen3", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=50, rope_theta=1e4,
+)  # fmt: skip

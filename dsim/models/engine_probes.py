@@ -58,7 +58,7 @@ from dsim.models.gpu_profile import (
     time_calls,
 )
 from dsim.models.ragged import KVPool
-from dsim.models.serving_profile import QWEN3_8B_CONFIG, environment, ints
+from dsim.models.serving_profile import QWEN3_8B_CONFIG, device_options, environment, ints
 
 DRAFT_VOCAB = 32000  # EAGLE-3's released checkpoints' draft vocabulary (dsim.hardware.arch's)
 EAGLE3_INPUTS = 3  # target hidden states the first pass's fc fuses
@@ -341,8 +341,6 @@ def main(argv: list[str] | None = None) -> None:
     line and exit 2; the JSON is written atomically, once every probe has run or been skipped."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(QWEN3_8B_CONFIG), help="the target's config.json")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--decode-tokens", default=DECODE_TOKENS, help="graphs: decode token counts")
     p.add_argument("--decode-context", type=int, default=512, help="graphs: cached tokens")
     p.add_argument("--draft-seqs", default=DRAFT_SEQS, help="drafter: sequences per pass")
@@ -350,10 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft-first-tokens", type=int, default=4, help="drafter: first pass's q")
     p.add_argument("--sampler-seqs", default=SAMPLER_SEQS, help="sampler: requests")
     p.add_argument("--sampler-drafts", default=SAMPLER_DRAFTS, help="sampler: drafts K")
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per point")
-    p.add_argument("--warmup", type=int, default=3, help="eager calls before each capture")
-    p.add_argument("--deadline-s", type=float, default=90.0, help="start no point after this")
-    p.add_argument("--allow-math", action="store_true", help="let SDPA use its math path")
+    device_options(p, deadline_s=90.0)
     p.add_argument("--out", required=True, help="the probes' JSON")
     args = p.parse_args(argv)
     try:

@@ -55,19 +55,24 @@ def environment(device: str) -> str:
     return line
 
 
+def device_options(p: argparse.ArgumentParser, deadline_s: float) -> None:
+    """The options every device script takes: where it runs, in what dtype, how it times."""
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per point")
+    p.add_argument("--warmup", type=int, default=3, help="eager calls before each capture")
+    p.add_argument("--deadline-s", type=float, default=deadline_s, help="start no point after this")
+    p.add_argument("--allow-math", action="store_true", help="let SDPA use its math path")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(QWEN3_8B_CONFIG), help="config.json")
     p.add_argument("--name", default="qwen3-8b", help="the model's name in the profile")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--seqs", default=SEQS, help="sequence counts R")
     p.add_argument("--tokens", default=TOKENS, help="tokens per sequence q")
     p.add_argument("--contexts", default=CONTEXTS, help="cached tokens per sequence C")
-    p.add_argument("--repeats", type=int, default=10, help="timed replays per point")
-    p.add_argument("--warmup", type=int, default=3, help="eager calls before each capture")
-    p.add_argument("--deadline-s", type=float, default=240.0, help="start no point after this")
-    p.add_argument("--allow-math", action="store_true", help="let SDPA use its math path")
+    device_options(p, deadline_s=240.0)
     p.add_argument("--out", required=True, help="profile CSV (NAME.json beside it)")
     args = p.parse_args(argv)
     try:

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 from conftest import ROOT
+from samples import TINY_QWEN3 as TINY
 from scipy.stats import chisquare
 
 from dsim.hardware.probe_check import compare
@@ -26,20 +27,9 @@ from dsim.models.engine_probes import (
 from dsim.models.gpu_profile import Decoder, Shape, VerifyStep
 from dsim.models.ragged import KVPool
 
-TINY = dict(
-    model_type="qwen3", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=50, rope_theta=1e4,
-)  # fmt: skip
+pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPE = Shape.from_fields(TINY)
 GRID = ProbeGrid((1, 3), 4, (1, 2), 4, 3, (1, 2), (1, 3))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _one_hot_logits(best: list[list[int]], vocab: int) -> torch.Tensor:

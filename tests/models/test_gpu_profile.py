@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT
+from samples import TINY_QWEN3 as TINY
 
 from dsim.errors import InputError
 from dsim.hardware import estimate_check, zoo
@@ -35,18 +36,7 @@ from dsim.models.gpu_profile import (
 from dsim.models.ragged import KVPool
 from dsim.models.serving_profile import QWEN3_8B_CONFIG
 
-TINY = dict(
-    model_type="qwen3", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=50, rope_theta=1e4,
-)  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def naive_attention(q, k, v, context):

@@ -8,7 +8,7 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,16 +110,21 @@ def write_png(fig: Any, path: str | Path, dpi: int) -> None:
 
 def dsim_wrote(path: str | Path) -> bool:
     """Whether dsim wrote the file at `path`, by the mark each kind of output carries: a JSON
-    sidecar's `command` is the dsim command line that made it; a PNG has dsim's text stamp; a
-    table (CSV, Parquet) is dsim's when its NAME.json sidecar is."""
+    file names dsim as its maker (a sidecar's `command` is the dsim command line that made it;
+    a folder's marker, such as summary.json, names its dsim `format`); a PNG has dsim's text
+    stamp; a table (CSV, Parquet) is dsim's when its NAME.json sidecar is."""
     path = Path(path)
     if path.suffix == ".json":
         try:
             obj = json.loads(path.read_bytes())
         except (OSError, ValueError):
             return False
-        command = obj.get("command") if isinstance(obj, dict) else None
-        return isinstance(command, str) and command.startswith("dsim ")
+        if not isinstance(obj, dict):
+            return False
+        command, form = obj.get("command"), obj.get("format")
+        return (isinstance(command, str) and command.startswith("dsim ")) or (
+            isinstance(form, str) and form.startswith("dsim-")
+        )
     if path.suffix == ".png":
         return _png_text(path, "Software") == PNG_STAMP["Software"]
     side = sidecar_of(path)
@@ -201,8 +206,8 @@ def _probe(folder: Path) -> None:
 
 
 def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
-    """An output folder dsim may replace: absent, empty, or holding `owner` (so dsim wrote it;
-    with several names, any one of them).
+    """An output folder dsim may write into: absent, empty, or holding `owner` (so dsim wrote
+    it; with several names, any one of them).
 
     Anything else (a file, someone's folder) is an InputError, before any work is done.
     """
@@ -220,14 +225,47 @@ def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
 
 
 def _owns(marker: Path) -> bool:
-    """Whether `marker` marks a dsim output: a folder or table that exists, or a JSON file
-    that holds an object (a user's empty or foreign `summary.json` does not)."""
-    if marker.suffix != ".json":
-        return marker.exists()
-    try:
-        return isinstance(json.loads(marker.read_bytes()), dict)
-    except (OSError, ValueError):
-        return False
+    """Whether `marker` marks a dsim output: a JSON file that carries dsim's mark
+    (`dsim_wrote`: a user's `summary.json`, whatever object it holds, does not), or a folder
+    or table that exists."""
+    return dsim_wrote(marker) if marker.suffix == ".json" else marker.exists()
+
+
+def check_replaced_dir(
+    path: str | Path, owner: str, ours: Collection[str], reads: Iterable[str | Path] = ()
+) -> None:
+    """An output folder dsim may swap in whole (`atomic_dir`), before any work: one that
+    `check_output_dir` allows, holding no file the command `reads` (nor one's sidecar)
+    anywhere inside it, even if dsim wrote it, no sub-folder that is not one of the names such
+    a folder holds (`ours`), and no file outside them that carries no dsim mark (a user's
+    notes beside a run): the swap would delete them."""
+    path = Path(path)
+    check_output_dir(path, owner)
+    if not path.is_dir():
+        return
+    folder = path.resolve()
+    inputs = (q.resolve() for r in reads for q in (Path(r), sidecar_of(r)))
+    inside = next((q for q in inputs if q.is_relative_to(folder) and q.exists()), None)
+    if inside is not None:  # the first named, before its sidecar
+        raise InputError(
+            inside,
+            None,
+            f"is a file this command reads, inside the output folder {path}, which is "
+            "replaced as a whole: choose another --out",
+        )
+    for entry in sorted(path.iterdir()):
+        if entry.name not in ours and (entry.is_dir() or not dsim_wrote(entry)):
+            what = (
+                "a folder this output does not hold"
+                if entry.is_dir()
+                else "a file dsim did not write"
+            )
+            raise InputError(
+                path,
+                None,
+                f"holds {entry.name}, {what}: replacing the folder would delete it (move it "
+                "out, or choose another --out)",
+            )
 
 
 def check_writable(folder: str | Path) -> None:
@@ -242,17 +280,15 @@ def check_writable(folder: str | Path) -> None:
 
 
 @contextmanager
-def atomic_dir(path: str | Path, owner: str, ours: Collection[str] = ()) -> Iterator[Path]:
+def atomic_dir(path: str | Path, owner: str, ours: Collection[str]) -> Iterator[Path]:
     """Build a directory under a temporary name beside `path`, then swap it in as a whole.
 
-    An existing output folder (see `check_output_dir`) is replaced entirely: none of its old
-    files linger, and a failure before the swap leaves it exactly as it was. A file in it that
-    the new output does not write again, that is not one of the names such a folder holds
-    (`ours`) and that carries no dsim mark (a user's notes beside a run) is never dropped: the
-    folder is refused, before the swap, as it was.
+    An existing output folder (see `check_replaced_dir`, checked again here: a caller checks
+    it before its work, and a file may have landed in the folder since) is replaced entirely:
+    none of its old files linger, and a failure before the swap leaves it exactly as it was.
     """
     path = Path(path)
-    check_output_dir(path, owner)
+    check_replaced_dir(path, owner, ours)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -264,7 +300,6 @@ def atomic_dir(path: str | Path, owner: str, ours: Collection[str] = ()) -> Iter
         if not path.exists():
             os.replace(tmp, path)
             return
-        _refuse_dropping_foreign(path, tmp, ours)
         old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
         os.replace(path, old)  # a folder may be renamed over an empty one
         try:
@@ -275,19 +310,6 @@ def atomic_dir(path: str | Path, owner: str, ours: Collection[str] = ()) -> Iter
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _refuse_dropping_foreign(old: Path, new: Path, ours: Collection[str]) -> None:
-    """An InputError if replacing `old` by `new` would drop an entry dsim did not write."""
-    kept = {entry.name for entry in new.iterdir()} | set(ours)
-    for entry in sorted(old.iterdir()):
-        if entry.name not in kept and (entry.is_dir() or not dsim_wrote(entry)):
-            raise InputError(
-                old,
-                None,
-                f"holds {entry.name}, which dsim did not write and would not write again: not "
-                "replacing the folder (move that out, or choose another --out)",
-            )
 
 
 @contextmanager

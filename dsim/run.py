@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from dsim.engine.records import Records
 from dsim.engine.replica import Replica
 from dsim.engine.steplog import StepLog
 from dsim.errors import SimulationStuck
-from dsim.fileio import SCHEMA_VERSION, atomic_dir, write_json, write_parquet
+from dsim.fileio import SCHEMA_VERSION, atomic_dir, check_replaced_dir, write_json, write_parquet
 from dsim.hardware.latency import gpu_figures
 from dsim.metrics import summarize
 from dsim.run_inputs import EngineInputs, RunInputs, resolve
@@ -29,6 +29,7 @@ from dsim.workload import Workload
 RUN_OWNER = "summary.json"  # the file that marks a folder as a dsim run's output
 REAL_FILES = ("texts.jsonl", "steps.csv")  # what a real run adds (dsim.real.runner)
 RUN_FILES = ("requests.parquet", RUN_OWNER, *REAL_FILES)  # every file a run folder holds
+RUN_FORMAT = "dsim-run"  # summary.json's `format`: dsim's mark on it (`dsim.fileio.dsim_wrote`)
 
 
 @dataclass
@@ -143,6 +144,12 @@ def engine_limits(cfg: EngineConfig) -> dict:
     }
 
 
+def check_run_dir(out: str | Path, reads: Iterable[str | Path]) -> None:
+    """`--out` of a run, before its work: a folder `write_run` may replace as a whole, holding
+    none of the files the run `reads` (`dsim.fileio.check_replaced_dir`)."""
+    check_replaced_dir(out, RUN_OWNER, RUN_FILES, reads)
+
+
 def write_run(
     result: RunResult,
     spec: RunSpec,
@@ -153,7 +160,12 @@ def write_run(
     earlier run's folder as a whole or not at all."""
     with atomic_dir(out, RUN_OWNER, RUN_FILES) as tmp:
         write_parquet(result.requests, tmp / "requests.parquet")
-        summary = {**result.summary, "schema_version": SCHEMA_VERSION, "spec": spec.as_dict()}
+        summary = {
+            **result.summary,
+            "format": RUN_FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "spec": spec.as_dict(),
+        }
         write_json(tmp / "summary.json", summary)
         if extra is not None:
             extra(tmp)

@@ -10,13 +10,12 @@ import typer
 
 from dsim import bench_names, spec_grammar
 from dsim import sla as tail_sla
-from dsim.fileio import check_output_dir
 from dsim.policies import policy_usage
 from dsim.policies.commands import PLUGIN_TIMEOUT
 from dsim.policies.plugin import set_call_limit
 from dsim.report import console, figure, progress_bar, summary_table, warn
-from dsim.run import RUN_OWNER, RunResult, simulate_inputs, write_run
-from dsim.run_inputs import resolve
+from dsim.run import RunResult, check_run_dir, simulate_inputs, write_run
+from dsim.run_inputs import input_files, resolve
 from dsim.run_spec import SPEC_FIELDS, VLLM_NAMES, RunSpec, default
 from dsim.size_gate import YES, check_size, run_size
 from dsim.workload import Workload
@@ -245,7 +244,7 @@ def run_cmd(
     spec = spec_from(locals())
     set_call_limit(plugin_timeout)
     if out is not None:
-        check_output_dir(out, RUN_OWNER)  # before the work, not after it
+        check_run_dir(out, input_files(spec))  # before the work, not after it
     inputs = resolve(spec)
     check_size(run_size(inputs.workload), yes)
     burst = bursty(inputs.workload)

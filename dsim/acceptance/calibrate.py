@@ -19,9 +19,10 @@ from dsim.acceptance.trace import (
     trace_gamma,
     update_trace_metadata,
 )
-from dsim.fileio import atomic_dir, write_json
+from dsim.fileio import atomic_dir, check_replaced_dir, write_json
 
 FILES = ("calibration.json", "reliability.png")  # what a calibration folder holds
+FORMAT = "dsim-calibration"  # calibration.json's `format`: dsim's mark on it (`dsim_wrote`)
 
 
 def calibrate_trace(
@@ -36,6 +37,8 @@ def calibrate_trace(
     Writes out_dir/calibration.json and out_dir/reliability.png (together, atomically); with
     `write_sidecar` the same calibration object goes under the trace sidecar's "calibration".
     """
+    report_file, figure_file = FILES
+    check_replaced_dir(out_dir, report_file, FILES, reads=(trace,))  # before the fit
     df, _ = read_acceptance_trace(trace)
     gamma = trace_gamma(df)
     conf = df[conf_columns(gamma)].to_numpy(np.float64)
@@ -61,9 +64,8 @@ def calibrate_trace(
         },
         "metrics": position_metrics(conf[report_on], accepted[report_on], temps),
     }
-    report_file, figure_file = FILES
     with atomic_dir(out_dir, report_file, FILES) as tmp:
-        write_json(tmp / report_file, {"trace": str(trace), **report})
+        write_json(tmp / report_file, {"format": FORMAT, "trace": str(trace), **report})
         plot_reliability(conf[report_on], accepted[report_on], temps, tmp / figure_file)
     if write_sidecar:
         update_trace_metadata(trace, {"calibration": report})

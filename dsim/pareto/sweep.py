@@ -99,7 +99,7 @@ def read_summary(out: Path, key: str) -> dict | None:
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
-    for key in ("spec", "schema_version"):  # the run's, not a measurement
+    for key in ("spec", "format", "schema_version"):  # the run's, not a measurement
         summary.pop(key, None)
     return summary
 

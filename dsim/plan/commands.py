@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from dsim import spec_grammar
+from dsim import shipped, spec_grammar
 from dsim.errors import InputError
 from dsim.hardware.engines import DEFAULT_ENGINE
 from dsim.plan import answer, grid, space, tiers
@@ -110,6 +110,11 @@ def _budgets(text: str) -> tuple[int | None, ...]:
     return _ints(text, "--max-num-batched-tokens") if text else (None,)
 
 
+def _same_file(profile: str) -> str:
+    """A profile by the file it names (`p.csv` and `./p.csv` are one profile given twice)."""
+    return str(Path(shipped.locate(profile)).resolve())
+
+
 def options(v: dict[str, Any]) -> Options:
     """The command's strings read once into the plan's options: every list option lists at
     least one value (`--disagg` and `--max-num-batched-tokens` may be left out), each once."""
@@ -118,7 +123,7 @@ def options(v: dict[str, Any]) -> Options:
         gpus=_names(v["gpu"], "--gpu", lower=True),
         tps=_ints(v["tp"], "--tp"),
         engines=_names(v["engine"], "--engine", lower=True),
-        profiles=space.distinct(tuple(v["profile"]), "--profile"),
+        profiles=space.distinct(tuple(v["profile"]), "--profile", _same_file),
         layouts=space.layouts(_ints(v["replicas"], "--replicas"), _splits(v["disagg"])),
         policies=space.policy_runs(
             _names(v["policies"], "--policies"), _ints(v["gamma"], "--gamma")

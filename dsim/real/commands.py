@@ -16,12 +16,12 @@ import typer
 from typer.models import OptionInfo
 
 from dsim import run_commands as opts
-from dsim.fileio import check_output_dir
 from dsim.lab import require_lab
 from dsim.models.target import SMOLLM2, TINY
 from dsim.real.defaults import DEFAULT_PROMPTS
 from dsim.report import progress_bar, warn
-from dsim.run import RUN_OWNER
+from dsim.run import check_run_dir
+from dsim.run_inputs import input_files
 from dsim.run_spec import RunSpec
 
 CPU_PROFILE = "profiles/cpu-smollm2-135m.csv"
@@ -46,6 +46,12 @@ class RealModels:
     max_new_tokens: int
     clock: str
 
+    def files(self) -> tuple[Path, ...]:
+        """What serving reads besides the spec's files: the prompts, the drafter checkpoint and
+        a target given as a folder."""
+        given = (self.prompts, self.drafter, Path(self.target))
+        return tuple(p for p in given if p is not None and p.exists())
+
 
 def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -> None:
     """Check the options before any model is loaded, then serve and write OUT."""
@@ -67,7 +73,7 @@ def serve(spec: RunSpec, models: RealModels, out: Path | None, progress: bool) -
     for line in engine.warnings:
         warn(line)
     if out is not None:
-        check_output_dir(out, RUN_OWNER)
+        check_run_dir(out, (*input_files(spec), *models.files()))
     threads = profile_threads(engine.profile.sidecar)
     if threads:
         torch.set_num_threads(threads)

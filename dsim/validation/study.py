@@ -66,8 +66,9 @@ from dsim.validation.settings import Settings
 from dsim.validation.step_check import PassClocks
 from dsim.validation.timeline import Timeline, clock
 
-# What marks a folder as a study's: its results, or the first file a study writes.
-STUDY_OWNERS = ("validation.json", "prompts-served.jsonl")
+# What marks a folder as a study's: the first file a study writes (not validation.json: keyed
+# by policy, it carries no dsim mark, so a user's file of that name would pass for dsim's).
+STUDY_OWNERS = ("prompts-served.jsonl",)
 
 
 def validate(

@@ -292,7 +292,8 @@ TWICE = [
     (("--gamma", "3,3"), "--gamma: 3"), (("--policies", "fixed,fixed"), "--policies: fixed"),
     (("--policies", "fixed,fixed:3"), "--policies: fixed:3 at K 3"),
     (("--max-num-batched-tokens", "8192,8192"), "--max-num-batched-tokens: 8192"),
-    (("--profile", PROFILE, "--profile", PROFILE), f"--profile: {PROFILE}"),
+    (("--profile", PROFILE, "--profile", PROFILE), f"--profile: {ROOT / PROFILE}"),
+    (("--profile", PROFILE, "--profile", f"./{PROFILE}"), f"--profile: {ROOT / PROFILE}"),
     (("--tier", "x:"), "--tier: x"),
 ]  # fmt: skip
 
@@ -300,7 +301,8 @@ TWICE = [
 @pytest.mark.parametrize(("args", "says"), TWICE, ids=[" ".join(a) for a, _ in TWICE])
 def test_a_value_given_twice_is_one_line(monkeypatch, capsys, tmp_path, args, says):
     """Every list option: a repeated value would search the same configurations twice (same
-    plan.csv rows), so it is refused naming the option and the value."""
+    plan.csv rows), so it is refused naming the option and the value (a profile by the file it
+    names, however it is spelled)."""
     err = refused_plan(monkeypatch, capsys, tmp_path, *args)
     assert f"{says} given twice; give each once" in err
 

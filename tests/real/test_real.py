@@ -140,6 +140,31 @@ def test_serve_checks_fixed_k_against_the_drafters_gamma(
     assert loaded and "throughput" in capsys.readouterr().out
 
 
+def test_serve_never_replaces_a_folder_holding_its_prompts(monkeypatch, capsys, tmp_path, files):
+    """The prompts are read as much as the spec's files: a run folder holding them is refused
+    before any model is loaded (the swap would delete them), the folder as it was."""
+    import dsim.real.runner as runner
+
+    prompts, profile = files
+    out = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", ["dsim", "run", "--profile", str(profile), "--out",
+                                      str(out), "--no-progress"])  # fmt: skip
+    main()
+    (out / "prompts.jsonl").write_bytes(prompts.read_bytes())
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    loaded = []
+    monkeypatch.setattr(runner, "load_models", lambda *a: loaded.append(1))
+    argv = ["dsim", "serve", "--target", "tiny", "--policy", "ar", "--profile", str(profile)]
+    argv += ["--prompts", str(out / "prompts.jsonl"), "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as refused:
+        main()
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1, err
+    assert "prompts.jsonl: is a file this command reads, inside the output folder" in err
+    assert not loaded and {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 @pytest.mark.parametrize("policy", ["ar", "mtp1", "fixed:3", "dspark", "dspark-async"])
 def test_tokens_conserved_and_kv_trimmed(files, target, policy):
     """After every round a request's cache holds prompt + generated - 1 tokens (all but the

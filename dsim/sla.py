@@ -72,13 +72,17 @@ class Sla:
 
 
 def check_key(key: str) -> None:
-    """An unknown metric or percentile: one line naming what is known."""
+    """An unknown metric or percentile, or a known one with the wrong unit suffix: one line
+    naming what is known (and the key meant, where one is)."""
     if key in KEYS:
         return
-    m = re.fullmatch(r"([a-z0-9]+)_p([0-9.]+)(_s)?", key)
+    m = re.fullmatch(r"([a-z0-9]+)_p([0-9.]+)(_[a-z]+)?", key)
     metrics = (*LATENCIES, "tps")
     if m is None or m[1] not in metrics:
         problem = f"unknown SLA metric {key!r}"
+    elif (meant := f"{m[1]}_p{m[2]}" + ("" if m[1] == "tps" else "_s")) in KEYS:
+        unit = "tok/s, no suffix" if m[1] == "tps" else "seconds, suffix _s"
+        problem = f"{key!r} has the wrong unit ({unit}): did you mean {meant!r}?"
     else:
         problem = f"unknown percentile p{m[2]} in {key!r}"
     raise InputError(None, None, f"{problem}; expected {USAGE}")
@@ -91,7 +95,7 @@ def read(pairs: Iterable[tuple[str, object]]) -> Sla:
     for key, value in pairs:
         check_key(key)
         if key in seen:
-            raise InputError(None, None, f"SLA {key} given twice")
+            raise InputError(None, None, f"SLA {key} given twice; give each once")
         seen.add(key)
         bounds.append(Bound(key, check_number(value, f"SLA {key}", gt=0)))
     return Sla(tuple(bounds))
@@ -105,5 +109,9 @@ def parse_options(texts: Iterable[str]) -> Sla:
         if not sep:
             raise InputError(None, None, f"--sla {text!r}: expected KEY=VALUE, {USAGE}")
         check_key(key.strip())
+        if "," in value:
+            raise InputError(
+                None, None, f"--sla {text!r}: one bound per --sla; repeat the option for more"
+            )
         pairs.append((key.strip(), spec_grammar.number(value, f"--sla {text!r}: bound", gt=0)))
     return read(pairs)

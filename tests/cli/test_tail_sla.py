@@ -60,6 +60,10 @@ def test_bounds_judge_upper_and_lower():
         ("tpot_p99_s=-0.05", "must be a finite number > 0"),
         ("tpot_p99_s=inf", "must be a finite number > 0"),
         ("tpot_p99_s", "expected KEY=VALUE"),
+        ("tpot_p99=0.05", "'tpot_p99' has the wrong unit (seconds, suffix _s): did you mean"),
+        ("tpot_p99_ms=50", "'tpot_p99_ms' has the wrong unit (seconds, suffix _s)"),
+        ("tps_p10_s=20", "'tps_p10_s' has the wrong unit (tok/s, no suffix): did you mean"),
+        ("tpot_p99_s=0.05,ttft_p99_s=2", "one bound per --sla; repeat the option for more"),
     ],
 )
 def test_bad_sla_is_one_line_exit_2_nothing_written(
@@ -71,7 +75,7 @@ def test_bad_sla_is_one_line_exit_2_nothing_written(
 
 
 def test_sla_twice_is_refused():
-    with pytest.raises(InputError, match="given twice"):
+    with pytest.raises(InputError, match="given twice; give each once"):
         parse_options(["ttft_p99_s=1", "ttft_p99_s=2"])
 
 

@@ -220,7 +220,7 @@ def check_output_dir(path: str | Path, owner: str | tuple[str, ...]) -> None:
             path,
             None,
             f"is a folder without dsim's {' or '.join(owners)}, not a dsim output: not "
-            "replacing it",
+            "replacing it (choose another --out, or empty it)",
         )
 
 

@@ -70,7 +70,7 @@ def trace_spec(trace: str, options: dict[str, Any]) -> tuple[str, int | None]:
         keys["n"] = str(int(_number(given, "num_prompts", ge=1, integer=True)))
     if "dataset_name" in given or any(k in given for k in RANDOM):
         return _random(given, keys), None
-    if not trace.startswith("synthetic"):
+    if not spec_grammar.is_synthetic(trace):
         if not ({"rate", "concurrency"} & set(keys)):
             return trace, int(keys["n"])  # the file's own send times, its first N rows
         escaped = trace.replace("\\", "\\\\").replace('"', '\\"')

@@ -128,8 +128,12 @@ _BENCH_HELP = {
     "random_output_len": "Random dataset's output tokens (default 128).",
     "random_range_ratio": "Random lengths uniform in [floor(L(1-X)), ceil(L(1+X))], X in [0, 1).",
 }
+# --request-rate takes `inf` as vLLM's does: read as text, parsed by bench_names.
+_BENCH_METAVAR = {"request_rate": "R|inf"}
 BENCH = {
-    name: typer.Option(None, help=text, rich_help_panel="vllm bench serve names")
+    name: typer.Option(
+        None, help=text, rich_help_panel="vllm bench serve names", metavar=_BENCH_METAVAR.get(name)
+    )
     for name, text in _BENCH_HELP.items()
 }
 
@@ -224,7 +228,7 @@ def run_cmd(
     progress: bool = PROGRESS,
     plugin_timeout: float = PLUGIN_TIMEOUT,
     yes: bool = YES,
-    request_rate: float | None = BENCH["request_rate"],
+    request_rate: str | None = BENCH["request_rate"],
     burstiness: float | None = BENCH["burstiness"],
     max_concurrency: int | None = BENCH["max_concurrency"],
     num_prompts: int | None = BENCH["num_prompts"],
@@ -280,7 +284,7 @@ def bursty(workload: Workload) -> list[str]:
 def trace_name(trace: str) -> str:
     """What the trace is, for a title: a synthetic trace is not the file it takes lengths from
     (named as their source: a closed loop over a user's file is that file's requests)."""
-    if trace.startswith("synthetic"):
+    if spec_grammar.is_synthetic(trace):
         lengths = spec_grammar.key_values(spec_grammar.name_arg(trace)[1], "trace").get("lengths")
         return f"the lengths of {trace_name(lengths)}" if lengths else "a synthetic trace"
     return Path(spec_grammar.trace_file(trace)[0]).name

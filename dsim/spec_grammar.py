@@ -221,6 +221,9 @@ def acceptance(text: str) -> tuple[AcceptancePart, ...] | None:
                 problem = f"mix entry {entry!r} needs a positive weight: SPEC=W"
                 raise _fail(f"acceptance {text!r}: {problem}")
             w = number(weight, f"acceptance {text!r}: weight of {sub!r}", gt=0)
+            if any(p.spec.strip() == sub.strip() for p in parts):
+                problem = f"{sub.strip()} given twice; give it once, with its whole weight"
+                raise _fail(f"acceptance {text!r}: {problem}")
             parts.append(_part(sub, w))
         return tuple(parts)
     if name_arg(text)[0] in PARAMETRIC:
@@ -271,6 +274,12 @@ def tau(part: AcceptancePart, max_drafts: int) -> TauSpec:
     return TauSpec(t, k)
 
 
+def is_synthetic(trace: str) -> bool:
+    """`synthetic` or `synthetic:k=v,...`: a generated trace. A file whose name only starts
+    with the word (`synthetic_traffic.csv`) is a file, read as one."""
+    return trace == "synthetic" or trace.startswith("synthetic:")
+
+
 def synthetic(text: str, known: tuple[str, ...]) -> dict[str, str]:
     """`synthetic:k=v,...` -> the keys given (the caller adds its defaults); a key not in
     `known` is refused."""
@@ -284,7 +293,7 @@ def synthetic(text: str, known: tuple[str, ...]) -> dict[str, str]:
 def with_rate(trace: str, qps: float) -> str:
     """`--qps X`: the synthetic trace spec `trace` with `rate=X` (req/s) added; a file trace,
     or a spec that gives its own rate, is refused with the option to use instead."""
-    if not trace.startswith("synthetic"):
+    if not is_synthetic(trace):
         raise _fail(
             f"--qps sets a synthetic trace's rate; --trace {trace!r} is a file: scale its load "
             "with --rate-scale (the summary's arrival rate is in req/s)"

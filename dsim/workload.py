@@ -266,6 +266,6 @@ def random_lengths(mean: float, ratio: float, k: int, rng: np.random.Generator) 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:
     """A trace path or a `synthetic:...` spec."""
-    if spec.startswith("synthetic"):
+    if spec_grammar.is_synthetic(spec):
         return synthetic(spec, seed)
     return load_trace(spec, seed)

@@ -88,7 +88,7 @@ def _plan_keys(o: Options) -> None:
     """The plan always sets its trace's request count (from --requests, which has a default)
     and, closed loop, its clients (the load it searches): a synthetic trace setting one too is
     refused naming the plan's option, not the benchmark options `bench_names` would name."""
-    if not o.trace.startswith("synthetic"):
+    if not spec_grammar.is_synthetic(o.trace):
         return
     given = spec_grammar.key_values(spec_grammar.name_arg(o.trace)[1], f"trace spec {o.trace!r}")
     where = f"--trace {o.trace!r}"

@@ -94,6 +94,20 @@ def test_run_with_benchmark_names(monkeypatch, capsys, tmp_path):
     assert summary["tpot_mean_s"] > 0 and summary["e2el_p99_s"] >= summary["e2el_p50_s"]
 
 
+def test_run_takes_request_rate_inf_as_the_benchmark_does(monkeypatch, capsys, tmp_path):
+    """`--request-rate inf` (vLLM's default) sends every request at once; the option once
+    refused it as not a finite number, though its help offered it."""
+    out = tmp_path / "o"
+    code, _, _ = run_cli(
+        monkeypatch, capsys, "run", "--profile", PROFILE, "--dataset-name", "random",
+        "--random-input-len", "100", "--random-output-len", "10", "--num-prompts", "12",
+        "--request-rate", "inf", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and "rate=inf" in summary["spec"]["trace"]
+    assert "every request sent at 0" in summary["trace"] and summary["requests"] == 12
+
+
 def test_a_closed_loop_over_a_file_is_titled_by_the_file(monkeypatch, capsys, tmp_path):
     """`--max-concurrency` turns a file into a synthetic spec taking the file's lengths; the
     table's title names the file, not 'a synthetic trace'."""

@@ -90,6 +90,7 @@ def test_split_top_keeps_commas_inside_brackets(entries):
         st.tuples(st.floats(0, 1), st.floats(1e-3, 1e3), st.sampled_from(["", "[rho=0.5]"])),
         min_size=1,
         max_size=4,
+        unique_by=lambda e: (e[0], e[2]),  # a domain given twice is refused (test below)
     )
 )
 def test_acceptance_mix_round_trip(entries):
@@ -140,6 +141,23 @@ def test_synthetic_reads_the_given_keys_and_refuses_unknown_ones():
     assert g.synthetic("synthetic:rate=2,n=5", ("rate", "cv", "n")) == {"rate": "2", "n": "5"}
     with pytest.raises(InputError, match=r"unknown key\(s\) \['zap'\]"):
         g.synthetic("synthetic:zap=1", ("rate",))
+
+
+def test_is_synthetic_needs_the_word_alone_or_its_colon():
+    """A file named `synthetic_traffic.csv` was once replaced by a generated trace unsaid."""
+    assert g.is_synthetic("synthetic") and g.is_synthetic("synthetic:rate=2")
+    for path in ("synthetic_traffic.csv", "synthetic.csv", "synthetics:rate=2", "a/synthetic"):
+        assert not g.is_synthetic(path)
+
+
+def test_with_rate_refuses_a_file_named_like_a_spec():
+    with pytest.raises(InputError, match=r"--trace 'synthetic_x.csv' is a file"):
+        g.with_rate("synthetic_x.csv", 2.0)
+
+
+def test_acceptance_mix_refuses_a_domain_given_twice():
+    with pytest.raises(InputError, match=r"iid:0.7 given twice; give it once, with its whole"):
+        g.acceptance("mix:iid:0.7=1,iid:0.6=2, iid:0.7=3")
 
 
 @given(st.integers(1, 64), st.floats(0, 1, exclude_min=True))

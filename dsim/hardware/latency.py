@@ -51,6 +51,10 @@ from dsim.inputs import read_json_object
 from dsim.tables import numeric_column, read_table, require_columns
 
 MAX_BATCH_TOKENS = 1_000_000  # the model tabulates every batch size up to twice the largest
+# Past these a row is a slip, not a step: a forward pass of an hour (1e308 would run, its sums
+# overflowing), a context beyond every model's window (DeepSeek-V3's is 163,840).
+MAX_STEP_MS = 3_600_000
+MAX_CONTEXT = 2**24
 REQUIRED = ("batch_tokens", "context_len", "latency_ms")
 OPTIONAL_NUMERIC = ("num_seqs", "latency_ms_p10", "latency_ms_p90")
 PHASES = ("verify", "prefill")
@@ -69,8 +73,12 @@ def read_profile(path: str | Path) -> pd.DataFrame:
             "batch_tokens": numeric_column(
                 df, path, "batch_tokens", positive=True, at_most=MAX_BATCH_TOKENS
             ),
-            "context_len": numeric_column(df, path, "context_len", nonnegative=True),
-            "latency_ms": numeric_column(df, path, "latency_ms", positive=True),
+            "context_len": numeric_column(
+                df, path, "context_len", nonnegative=True, at_most=MAX_CONTEXT
+            ),
+            "latency_ms": numeric_column(
+                df, path, "latency_ms", positive=True, at_most=MAX_STEP_MS
+            ),
         }
     )
     if not (out["phase"] == "verify").any():

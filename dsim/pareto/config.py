@@ -167,6 +167,10 @@ def _axis(cfg: SweepConfig, load: float) -> float | int:
 def load_config(path: str | Path) -> SweepConfig:
     """Parse and validate a sweep TOML, including that every input file exists and parses."""
     path = Path(path)
+    if path.is_dir():
+        toml = sorted(p.name for p in path.glob("*.toml"))
+        hint = f" (it holds {', '.join(toml)})" if toml else ""
+        raise InputError(path, None, f"is a directory: give the sweep's .toml file{hint}")
     if not path.is_file():
         raise InputError(path, None, "config file not found")
     try:

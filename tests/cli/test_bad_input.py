@@ -92,6 +92,8 @@ def test_bad_trace(rejected, tmp_path, content, expected):
     [
         ("1,0,5\n2,0,nan\n", "row 2: column 'latency_ms': missing or NaN value"),
         ("1,0,5\n2,0,0\n", "row 2: column 'latency_ms': must be positive"),
+        ("1,0,5\n2,0,1e308\n", "row 2: column 'latency_ms': must be at most 3600000"),
+        ("1,0,5\n2,1e9,5\n", "row 2: column 'context_len': must be at most 16777216"),
         ("1,0,5\n4,0,-1\n", "row 2: column 'latency_ms': must be positive"),
     ],
 )

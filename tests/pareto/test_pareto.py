@@ -82,6 +82,8 @@ def test_missing_config_and_bad_toml(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.toml")
     with pytest.raises(InputError, match="not valid TOML"):
         load_config(_config(tmp_path, "policies = [\n"))
+    with pytest.raises(InputError, match=r"is a directory: give the sweep's .toml file \(it "):
+        load_config(tmp_path)  # `_config` wrote a .toml there: the message names it
 
 
 def test_config_builds_every_point(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The one size gate of `dsim run` and `dsim pareto`: huge work is stated, and started only on
-`--yes`.
+"""The one size gate of `dsim run`, `dsim pareto`, `dsim plan` and `dsim check-policy`: huge
+work is stated, and started only on `--yes`.
 
 Work above MAX_POINTS points, MAX_REQUESTS simulated requests or an estimated MAX_SECONDS is
 refused (one line with its size and the estimate, exit 2) unless the user passes `--yes`; there
@@ -15,20 +15,16 @@ faster or slower, so the figure is an estimate, said as one.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from dsim import shipped
 from dsim.errors import InputError
-from dsim.run_inputs import load_spec_workload
-from dsim.workload import Workload, load_workload
 
 if TYPE_CHECKING:
-    from dsim.pareto.config import SweepConfig
+    from dsim.workload import Workload
 
 MAX_POINTS = 10_000
 MAX_REQUESTS = 5_000_000
@@ -41,13 +37,16 @@ SECONDS_PER_REQUEST = 4.9e-4
 # One sweep point's own cost beyond its requests (resolving its inputs, writing its folder):
 # 400 points of 20 requests took 18.5 s against 3.9 s for 40 (jobs 1, 2026-12-03).
 SECONDS_PER_POINT = 0.03
+# `dsim check-policy`, dspark on a 2-core VM (2026-12-06): 36,000 random instances of the
+# property check in 11.3 s; 96,000 toy sequences in each of the 4 chi-square settings in 22 s.
+SECONDS_PER_INSTANCE = 3.1e-4
+SECONDS_PER_TOY_SEQUENCE = 5.7e-5
 YES = typer.Option(
     False,
     "--yes",
     help=f"Start work above {MAX_POINTS:,} points, {MAX_REQUESTS / 1e6:g}M simulated requests "
     f"or an estimated {MAX_SECONDS / 3600:g} h (refused without it: exit 2, no prompt).",
 )
-SAMPLE = 64  # sweeps with more distinct workloads count this many, evenly spaced, and scale
 
 
 @dataclass(frozen=True)
@@ -97,14 +96,22 @@ def duration(seconds: float) -> str:
 def check_size(size: WorkSize, yes: bool, where: str | Path | None = None) -> None:
     """Refuse work above a limit unless `yes` (an InputError: one line, exit 2); say the size of
     any work that is long or allowed past a limit before it starts."""
-    over = size.over()
+    _gate(size.describe(), size.over(), size.estimate_s, yes, where)
+
+
+def check_time(what: str, estimate_s: float, yes: bool) -> None:
+    """`check_size` for work not counted in simulated requests (`dsim check-policy`'s random
+    instances and toy sequences): its one limit is the estimated time."""
+    over = [duration(MAX_SECONDS)] if estimate_s > MAX_SECONDS else []
+    _gate(f"{what}, an estimated {duration(estimate_s)}", over, estimate_s, yes, None)
+
+
+def _gate(described: str, over: list[str], estimate_s: float, yes: bool, where) -> None:
     if over and not yes:
-        raise InputError(
-            where, None, f"{size.describe()}: above {_listed(over)}; pass --yes to start it"
-        )
-    if over or size.estimate_s > NOTE_SECONDS:
+        raise InputError(where, None, f"{described}: above {_listed(over)}; pass --yes to start it")
+    if over or estimate_s > NOTE_SECONDS:
         started = " (--yes)" if over else ""
-        print(f"dsim: note: {size.describe()}; starting{started}", file=sys.stderr)
+        print(f"dsim: note: {described}; starting{started}", file=sys.stderr)
 
 
 def _listed(items: list[str]) -> str:
@@ -114,30 +121,3 @@ def _listed(items: list[str]) -> str:
 def run_size(workload: Workload) -> WorkSize:
     """One simulation of `workload`."""
     return WorkSize("this run", 1, len(workload))
-
-
-def sweep_size(cfg: SweepConfig, workers: int) -> WorkSize:
-    """A sweep's points and requests, from its config alone (before a spec is built per point).
-
-    Its policies and layouts share each (load, seed)'s workload; each distinct workload is
-    counted (each trace read once) or, past SAMPLE of them, an even sample scaled to all."""
-    axis_rate = cfg.load_axis == "rate_scale"
-    synthetic = cfg.base.trace.startswith("synthetic")
-    keys = [
-        (load if axis_rate else cfg.base.rate_scale, seed if synthetic else 0)
-        for load in cfg.loads
-        for seed in cfg.seeds
-    ]  # (rate scale, seed): all a point's workload depends on beyond the base spec
-    counts: dict[tuple[float, int], int] = dict.fromkeys(keys, 0)
-    chosen = list(counts)
-    if len(chosen) > SAMPLE:
-        chosen = [chosen[i * len(chosen) // SAMPLE] for i in range(SAMPLE)]
-    trace = cache(lambda seed: load_workload(shipped.locate(cfg.base.trace), seed))
-    for rate, seed in chosen:
-        spec = replace(cfg.base, rate_scale=rate, seed=seed)
-        counts[rate, seed] = len(load_spec_workload(spec, trace(seed)))
-    sampled = len(chosen) < len(counts)
-    per_key = sum(counts[k] for k in chosen) / len(chosen) if sampled else None
-    requests = sum(counts[k] if per_key is None else per_key for k in keys)
-    repeats = len(cfg.policies) * max(1, len(cfg.layouts))
-    return WorkSize("this sweep", len(keys) * repeats, round(requests * repeats), workers, sampled)

@@ -11,8 +11,9 @@ from dsim.fileio import check_output_dir, check_writable, staged_files, write_pa
 from dsim.pareto.analysis import analyse
 from dsim.pareto.config import SweepConfig, load_config
 from dsim.pareto.report import render_report
+from dsim.pareto.size import sweep_size
 from dsim.pareto.sweep import Point, check_executor, make_points, run_sweep
-from dsim.size_gate import check_size, sweep_size
+from dsim.size_gate import check_size
 
 
 def prepare(

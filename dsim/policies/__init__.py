@@ -9,8 +9,9 @@
 
 These modules import numpy, `dsim.errors`, `dsim.checks`, `dsim.spec_grammar`, `dsim.tables`
 (`vllm-adaptive`'s cost file), `dsim.codehash` (a leaf
-that says which files are the user's, for a plug-in's error line) and `dsim.lab` (a leaf that
-says which extra the chi-square test needs) only, never the engine, run,
+that says which files are the user's, for a plug-in's error line), `dsim.lab` (a leaf that
+says which extra the chi-square test needs) and `dsim.size_gate` (a leaf: `dsim check-policy`
+is gated as every long command is) only, never the engine, run,
 pareto, real or cluster layers (the engine imports `protocol`); one exception: `check`'s
 outcome test decodes with the real sampling code, `dsim.models.toy_decoder`, imported inside
 its functions (dsim.models imports nothing from here). Definitions: docs/design.md; the

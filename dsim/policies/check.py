@@ -194,6 +194,12 @@ def _shrink(make_policy: MakePolicy, found: Counterexample) -> Counterexample:
     return found
 
 
+def instance_count(trials: int, sla_factors: tuple[float | None, ...] = SLA_FACTORS) -> int:
+    """How many instances `check_property` runs when every one passes (its size, before it
+    starts)."""
+    return MAX_REQUESTS * (MAX_GAMMA - 1) * trials * len(sla_factors)
+
+
 def check_property(
     make_policy: MakePolicy,
     trials: int = 30,

@@ -10,6 +10,7 @@ import typer
 from dsim.lab import require_lab
 from dsim.policies.plugin import DEFAULT_CALL_LIMIT_S, TRACEBACK_ENV, set_call_limit
 from dsim.policies.registry import parse_policy, policy_usage
+from dsim.size_gate import YES
 
 # The time limit of one call into a plug-in policy, for every command that runs policies.
 PLUGIN_TIMEOUT = typer.Option(
@@ -35,6 +36,7 @@ def check_policy(
     ] = 24000,
     seed: Annotated[int, typer.Option(help="Seed of the instances and of the toy decoding.")] = 0,
     plugin_timeout: float = PLUGIN_TIMEOUT,
+    yes: bool = YES,
 ) -> None:
     """Check that a verification policy is lossless: the property on random instances, then a
     chi-square test of its decoded output on a toy vocabulary. Exit code 0: pass; 1: fail
@@ -46,9 +48,12 @@ def check_policy(
         MAX_GAMMA,
         MAX_REQUESTS,
         SLA_FACTORS,
+        TOY_SETTINGS,
         check_outcome,
         check_property,
+        instance_count,
     )
+    from dsim.size_gate import SECONDS_PER_INSTANCE, SECONDS_PER_TOY_SEQUENCE, check_time
 
     set_call_limit(plugin_timeout)
     if trials == 0 and sequences == 0:
@@ -71,6 +76,13 @@ def check_policy(
     if spec == "oracle":
         raise InputError(None, None, "oracle is a clairvoyant bound (it sees the outcome), not a "
                          "policy an engine can run; there is nothing to check")  # fmt: skip
+    instances = instance_count(trials, factors)
+    toy = sequences * len(TOY_SETTINGS)
+    check_time(
+        f"this check is {instances:,} random instances and {toy:,} toy sequences",
+        instances * SECONDS_PER_INSTANCE + toy * SECONDS_PER_TOY_SEQUENCE,
+        yes,
+    )
     runs, found = check_property(make, trials, seed, factors)
     sizes = f"requests 1..{MAX_REQUESTS}, gamma 2..{MAX_GAMMA}"
     if found is not None:

@@ -1,5 +1,5 @@
 """The size gate (dsim/size_gate.py): work above its limits is stated and refused without
---yes, by `dsim run` and `dsim pareto` alike; its counts are the simulated work's."""
+--yes, by `dsim run`, `dsim pareto` and `dsim check-policy` alike; its counts are the work's."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from conftest import run_cli
 from dsim import size_gate
 from dsim.pareto import sweep
 from dsim.pareto.config import load_config
+from dsim.pareto.size import SAMPLE, sweep_size
 from dsim.run_inputs import load_spec_workload
-from dsim.size_gate import WorkSize, duration, sweep_size
+from dsim.size_gate import WorkSize, duration
 
 TRACE = "synthetic:rate=4,n=30,prompt=64,output=8"
 
@@ -104,7 +105,7 @@ def test_the_sweep_count_is_the_points_workloads(tmp_path, loads, seeds):
     exact = sum(len(load_spec_workload(spec)) for _, _, spec in cfg.specs())
     size = sweep_size(cfg, workers=2)
     assert size.points == len(cfg.specs()) == 2 * loads * seeds
-    assert size.sampled == (loads * seeds > size_gate.SAMPLE)
+    assert size.sampled == (loads * seeds > SAMPLE)
     if size.sampled:
         assert size.requests == pytest.approx(exact, rel=0.05)
         assert "about " in size.describe()
@@ -117,3 +118,21 @@ def test_a_trace_file_is_counted_once_per_load(tmp_path):
     base = replace(cfg.base, trace="traces/azure2023/AzureLLMInferenceTrace_conv.csv")
     cfg = replace(cfg, base=base, seeds=(0, 1, 2))
     assert sweep_size(cfg, 1).requests == 2 * 2 * 3 * 19_366  # the seed does not change it
+
+
+def test_check_policy_counts_the_instances_it_runs():
+    """The gate's count is the property check's own: a passing policy runs exactly that many."""
+    from dsim.policies.check import check_property, instance_count
+    from dsim.policies.registry import parse_policy
+
+    for trials, factors in ((1, (None,)), (2, (None, 1.0))):
+        runs, found = check_property(lambda sla: parse_policy("fixed:2", sla), trials, 0, factors)
+        assert found is None and runs == instance_count(trials, factors)
+
+
+def test_check_policy_past_the_time_limit_is_refused_at_once(monkeypatch, capsys, tmp_path):
+    """fixed:2 reads no SLA: one setting, so 5 sizes x 4 gammas x 10M trials."""
+    code, _, err = run_cli(monkeypatch, capsys, "check-policy", "fixed:2", "--trials", "10000000")
+    assert code == 2 and err.count("\n") == 1
+    assert "this check is 1,200,000,000 random instances and 96,000 toy sequences" in err
+    assert "above 2 h; pass --yes to start it" in err

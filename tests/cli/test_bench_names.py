@@ -81,15 +81,21 @@ def test_bad_benchmark_option(monkeypatch, capsys, tmp_path, args, expected):
     assert expected in refused(monkeypatch, capsys, tmp_path, *args)
 
 
-def test_run_with_benchmark_names(monkeypatch, capsys, tmp_path):
+def _random_run(monkeypatch, capsys, tmp_path, *options: str) -> tuple[str, dict]:
+    """`dsim run` on vLLM's random dataset of 30 requests: (stdout, summary.json)."""
     out = tmp_path / "o"
-    code, stdout, _ = run_cli(
+    code, stdout, err = run_cli(
         monkeypatch, capsys, "run", "--profile", PROFILE, "--dataset-name", "random",
         "--random-input-len", "200", "--random-output-len", "20", "--num-prompts", "30",
-        "--max-concurrency", "4", "--out", str(out), "--no-progress",
+        *options, "--out", str(out), "--no-progress",
     )  # fmt: skip
-    assert code == 0 and "at most 4 in flight" in stdout
-    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0, err
+    return stdout, json.loads((out / "summary.json").read_text())
+
+
+def test_run_with_benchmark_names(monkeypatch, capsys, tmp_path):
+    stdout, summary = _random_run(monkeypatch, capsys, tmp_path, "--max-concurrency", "4")
+    assert "at most 4 in flight" in stdout
     assert summary["requests"] == 30 and "range_ratio=0" in summary["spec"]["trace"]
     assert summary["tpot_mean_s"] > 0 and summary["e2el_p99_s"] >= summary["e2el_p50_s"]
 
@@ -97,15 +103,9 @@ def test_run_with_benchmark_names(monkeypatch, capsys, tmp_path):
 def test_run_takes_request_rate_inf_as_the_benchmark_does(monkeypatch, capsys, tmp_path):
     """`--request-rate inf` (vLLM's default) sends every request at once; the option once
     refused it as not a finite number, though its help offered it."""
-    out = tmp_path / "o"
-    code, _, _ = run_cli(
-        monkeypatch, capsys, "run", "--profile", PROFILE, "--dataset-name", "random",
-        "--random-input-len", "100", "--random-output-len", "10", "--num-prompts", "12",
-        "--request-rate", "inf", "--out", str(out), "--no-progress",
-    )  # fmt: skip
-    summary = json.loads((out / "summary.json").read_text())
-    assert code == 0 and "rate=inf" in summary["spec"]["trace"]
-    assert "every request sent at 0" in summary["trace"] and summary["requests"] == 12
+    _, summary = _random_run(monkeypatch, capsys, tmp_path, "--request-rate", "inf")
+    assert "rate=inf" in summary["spec"]["trace"] and summary["requests"] == 30
+    assert "every request sent at 0" in summary["trace"]
 
 
 def test_a_closed_loop_over_a_file_is_titled_by_the_file(monkeypatch, capsys, tmp_path):

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from dsim import shipped
 from dsim.errors import InputError
 from dsim.run_inputs import load_spec_workload
 from dsim.workload import Workload, load_workload
@@ -132,7 +131,7 @@ def sweep_size(cfg: SweepConfig, workers: int) -> WorkSize:
     chosen = list(counts)
     if len(chosen) > SAMPLE:
         chosen = [chosen[i * len(chosen) // SAMPLE] for i in range(SAMPLE)]
-    trace = cache(lambda seed: load_workload(shipped.locate(cfg.base.trace), seed))
+    trace = cache(lambda seed: load_workload(cfg.base.trace, seed))
     for rate, seed in chosen:
         spec = replace(cfg.base, rate_scale=rate, seed=seed)
         counts[rate, seed] = len(load_spec_workload(spec, trace(seed)))

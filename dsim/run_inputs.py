@@ -299,7 +299,7 @@ def load_spec_workload(spec: RunSpec, trace: Workload | None = None) -> Workload
     trace once)."""
     with reading("trace"):
         if trace is None:
-            trace = load_workload(shipped.locate(spec.trace), spec.seed)
+            trace = load_workload(spec.trace, spec.seed)
         workload = trace.scale_rate(spec.rate_scale)
         if spec.window:
             start, end = spec_grammar.window(spec.window)
@@ -355,7 +355,7 @@ def _input_files(
     trace: str, acceptance: str, gamma: int, calibration: str | None, profile: str, draft_cost: str
 ) -> tuple[str, ...]:
     with recording() as reads:
-        load_workload(shipped.locate(trace))
+        load_workload(trace)
         parse_acceptance(acceptance, gamma, calibration)
         LatencyModel.from_csv(shipped.locate(profile))
         parse_draft_cost(draft_cost)

@@ -75,7 +75,7 @@ def numeric_column(
     integer: bool = False,
     at_most: float | None = None,
 ) -> np.ndarray:
-    """Column as float64, rejecting non-numeric cells, NaN and values of the wrong sign.
+    """Column as float64, rejecting non-numeric cells, NaN, inf and values of the wrong sign.
 
     Rows are reported 1-based, counting data rows (the header is not a row). Messages name the
     row and column, never the cell's text (a file's contents stay out of the terminal).
@@ -85,7 +85,10 @@ def numeric_column(
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
-        what = "missing or NaN value" if pd.isna(raw.iloc[i]) else "non-numeric value"
+        if pd.isna(raw.iloc[i]):
+            what = "missing or NaN value"
+        else:
+            what = "infinite value" if np.isinf(values[i]) else "non-numeric value"
         raise InputError(path, i + 1, f"column {column!r}: {what}")
     for flag, fails, text in (
         (positive, values <= 0, "must be positive"),

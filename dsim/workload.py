@@ -8,14 +8,15 @@ step emits the first), so token counts must be positive.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from dsim import spec_grammar
+from dsim import shipped, spec_grammar
 from dsim.checks import check_number
-from dsim.errors import InputError
+from dsim.errors import InputError, Notice
 from dsim.trace_files import MAX_SPAN_S, read_trace
 
 
@@ -116,12 +117,14 @@ class Workload:
 MAX_REQUESTS = 20_000_000
 
 
-def load_trace(text: str | Path, seed: int = 0) -> Workload:
+def load_trace(text: str | Path, seed: int = 0, *, timed: bool = True) -> Workload:
     """Read an arrival trace, `FILE` (its layout recognised by its columns) or `FILE[mapping]`
-    (`dsim.trace_files`); a file without send times (a vLLM benchmark result) has them drawn
-    as the benchmark draws them, from the settings it records."""
+    (`dsim.trace_files`; a relative FILE dsim ships is found wherever it runs, `shipped`); a
+    file without send times (a vLLM benchmark result) has them drawn as the benchmark draws
+    them, from the settings it records. A doubt about the timestamps' unit is a `Notice`,
+    unless `timed` is False (only the rows' lengths are used: `lengths=`)."""
     name, mapping = spec_grammar.trace_file(str(text))
-    path = Path(name)
+    path = Path(shipped.locate(name))
     rows = read_trace(path, mapping)
     n = len(rows.prompt_tokens)
     if rows.arrival_s is None:
@@ -130,6 +133,8 @@ def load_trace(text: str | Path, seed: int = 0) -> Workload:
         about = f"{rows.about}: {_bench_words(rows.rate, rows.burstiness, rows.concurrency)}"
         return Workload(arrival, rows.prompt_tokens, rows.output_tokens, str(path),
                         rows.concurrency, about=about)  # fmt: skip
+    if rows.note and timed:
+        warnings.warn(rows.note, Notice, stacklevel=2)
     arrival = rows.arrival_s
     span = float(arrival[-1])
     rate = f", {(n - 1) / span:.4g} req/s" if span > 0 else ""
@@ -199,7 +204,7 @@ def synthetic(spec: str, seed: int) -> Workload:
         spec_grammar.number(opts[k], f"{name} {k}", gt=0, le=1e9) for k in ("prompt", "output")
     ]
     sigma = spec_grammar.number(opts["sigma"], f"{name} sigma", ge=0, le=10)
-    pool = load_trace(opts["lengths"], seed) if "lengths" in opts else None
+    pool = load_trace(opts["lengths"], seed, timed=False) if "lengths" in opts else None
     concurrency = None
     if "concurrency" in opts:
         concurrency = int(

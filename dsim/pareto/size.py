@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from dsim import shipped, spec_grammar
+from dsim import spec_grammar
 from dsim.pareto.config import SweepConfig
 from dsim.run_inputs import load_spec_workload
 from dsim.size_gate import WorkSize
@@ -30,7 +30,7 @@ def sweep_size(cfg: SweepConfig, workers: int) -> WorkSize:
     chosen = list(counts)
     if len(chosen) > SAMPLE:
         chosen = [chosen[i * len(chosen) // SAMPLE] for i in range(SAMPLE)]
-    trace = cache(lambda seed: load_workload(shipped.locate(cfg.base.trace), seed))
+    trace = cache(lambda seed: load_workload(cfg.base.trace, seed))
     for rate, seed in chosen:
         spec = replace(cfg.base, rate_scale=rate, seed=seed)
         counts[rate, seed] = len(load_spec_workload(spec, trace(seed)))

@@ -20,6 +20,7 @@ import pickle
 import queue
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from dsim.codehash import code_digest
-from dsim.errors import InputError, WorkerLost
+from dsim.errors import InputError, Notice, WorkerLost
 from dsim.policies.plugin import call_limit, set_call_limit
 from dsim.run import simulate, write_run
 from dsim.run_inputs import input_files
@@ -207,7 +208,7 @@ def _sigint_ignored() -> Iterator[None]:
 def _worker(todo, results, limit: float) -> None:
     """A worker's loop: points until the sentinel; each outcome sent back already pickled (an
     exception that cannot be pickled is sent as its text)."""
-    set_call_limit(limit)
+    _worker_setup(limit)
     while (item := todo.get()) is not None:
         i, task = item
         results.put(pickle.dumps(("start", os.getpid(), i)))
@@ -222,8 +223,15 @@ def _worker(todo, results, limit: float) -> None:
         results.put(payload)
 
 
-def _ray_point(spec: RunSpec, directory: str, limit: float) -> dict:
+def _worker_setup(limit: float) -> None:
+    """A worker's settings: the parent's plug-in call limit, and no notes of its own (the
+    parent reads every point's inputs first, `point_key`, and says each note once)."""
     set_call_limit(limit)
+    warnings.simplefilter("ignore", Notice)
+
+
+def _ray_point(spec: RunSpec, directory: str, limit: float) -> dict:
+    _worker_setup(limit)
     return run_point(spec, directory)
 
 

@@ -65,6 +65,10 @@ def rejected(monkeypatch, capsys, tmp_path):
             AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,lots\n",
             "row 2: column 'GeneratedTokens': non-numeric value",
         ),
+        (
+            AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.99,396,-inf\n",
+            "row 2: column 'GeneratedTokens': infinite value",
+        ),
         (AZURE_HEADER + ROW2 + ROW1, "row 2: column 'TIMESTAMP': not sorted"),
         ("", "file is empty"),
         (AZURE_HEADER, "no data rows"),
@@ -74,6 +78,7 @@ def rejected(monkeypatch, capsys, tmp_path):
         "missing-column",
         "negative",
         "non-numeric",
+        "infinite",
         "unsorted",
         "empty",
         "header-only",
@@ -87,6 +92,25 @@ def test_bad_trace(rejected, tmp_path, content, expected):
     assert str(trace) in err and expected in err
 
 
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ("0,m,10,5,15,c\n1,m,10,0,10,c\n2,m,-3,5,2,c\n", "row 3: column 'Request tokens': must"),
+        ("0,m,10,5,15,c\n1,m,10,0,10,c\n4,m,3,5,8,c\n2,m,3,5,8,c\n", "row 4: column 'Timestamp'"),
+        ("0,m,10,0,10,c\n1,m,10,0,10,c\n", "every request failed ('Response tokens' is 0)"),
+    ],
+    ids=["bad-cell", "unsorted", "all-failed"],
+)
+def test_burstgpt_errors_name_the_files_rows_past_a_dropped_one(rejected, tmp_path, rows, expected):
+    """Row 2 failed (0 response tokens) and is dropped; the rows after it keep their numbers."""
+    trace = tmp_path / "burst.csv"
+    trace.write_text(BURSTGPT_HEADER + rows)
+    assert expected in rejected("--trace", str(trace))
+
+
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
@@ -94,6 +118,7 @@ def test_bad_trace(rejected, tmp_path, content, expected):
         ("1,0,5\n2,0,0\n", "row 2: column 'latency_ms': must be positive"),
         ("1,0,5\n2,0,1e308\n", "row 2: column 'latency_ms': must be at most 3600000"),
         ("1,0,5\n2,1e9,5\n", "row 2: column 'context_len': must be at most 16777216"),
+        ("1,0,5\n2,inf,6\n", "row 2: column 'context_len': infinite value"),
         ("1,0,5\n4,0,-1\n", "row 2: column 'latency_ms': must be positive"),
     ],
 )

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
 from conftest import refused, run_cli, write_trace
 
-from dsim.errors import InputError
+from dsim.errors import InputError, Notice
+from dsim.trace_files import stated_unit
 from dsim.workload import bench_arrivals, load_trace, load_workload, random_lengths
 
 SPAN_S = 126.0
@@ -45,9 +47,11 @@ def test_a_csv_is_not_mooncake(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize(("unit", "scale"), [("s", 1.0), ("ms", 1e3), ("us", 1e6)])
 def test_mapping_reads_the_true_rate(tmp_path, unit, scale):
     trace = _user_csv(tmp_path / "user.csv", scale=scale)
-    w = load_trace(
-        f"{trace}[timestamp=timestamp:{unit},prompt=prompt_tokens,output=completion_tokens]"
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)  # the right unit: nothing to say
+        w = load_trace(
+            f"{trace}[timestamp=timestamp:{unit},prompt=prompt_tokens,output=completion_tokens]"
+        )
     assert len(w) == N and w.end_s == pytest.approx(SPAN_S)
     assert list(w.prompt_tokens[:3]) == [100, 101, 102]
     assert f"{N} requests over 126 s, 1.579 req/s" in w.about
@@ -56,7 +60,8 @@ def test_mapping_reads_the_true_rate(tmp_path, unit, scale):
 def test_mapping_iso_dates(tmp_path):
     trace = tmp_path / "log.csv"
     trace.write_text("when,in,out\n2024-01-01T00:00:00,5,6\n2024-01-01T00:02:06,7,8\n")
-    w = load_trace(f"{trace}[timestamp=when:iso,prompt=in,output=out]")
+    with pytest.warns(Notice, match="2 requests at 0.007937 req/s"):  # one per 126 s: sparse
+        w = load_trace(f"{trace}[timestamp=when:iso,prompt=in,output=out]")
     assert list(w.arrival_s) == [0.0, SPAN_S] and list(w.output_tokens) == [6, 8]
 
 
@@ -81,14 +86,16 @@ def test_bad_mapping(monkeypatch, capsys, tmp_path, mapping, expected):
     assert expected in refused(monkeypatch, capsys, tmp_path, "--trace", f"{trace}[{mapping}]")
 
 
-def _vllm_result(path, detailed=True, rate=4.0, concurrency=None):
+def _vllm_result(path, detailed=True, rate=4.0, concurrency=None, **changes):
     """What `vllm bench serve --save-result [--save-detailed]` writes (vllm/benchmarks/serve.py):
-    the settings, the summary and, when detailed, the per-request lists in send order."""
+    the settings, the summary and, when detailed, the per-request lists in send order; then
+    `changes` (a key set to ... is left out)."""
     data = {"request_rate": rate, "burstiness": 1.0, "max_concurrency": concurrency,
             "num_prompts": 5, "completed": 4, "duration": 2.5}  # fmt: skip
     if detailed:
         data |= {"input_lens": [10, 20, 30, 40, 50], "output_lens": [5, 0, 7, 8, 9],
                  "ttfts": [0.1] * 5, "errors": ["", "timeout", "", "", ""]}  # fmt: skip
+    data = {k: v for k, v in (data | changes).items() if v is not ...}
     path.write_text(json.dumps(data))
     return path
 
@@ -101,9 +108,59 @@ def test_vllm_result_lengths_in_order_send_times_redrawn(tmp_path):
     assert "holds no send times" in w.about and "1 failed dropped" in w.about
 
 
-def test_vllm_result_infinite_rate_sends_all_at_once(tmp_path):
-    w = load_trace(_vllm_result(tmp_path / "bench.json", rate="inf"))
-    assert not w.arrival_s.any()
+@pytest.mark.parametrize("rate", ["inf", "Infinity", math.inf, None, ...])
+def test_vllm_result_infinite_rate_sends_all_at_once(tmp_path, rate):
+    """vLLM writes an infinite rate as "inf"; JSON's Infinity, null and no key mean it too."""
+    w = load_trace(_vllm_result(tmp_path / "bench.json", rate=rate))
+    assert len(w) == 4 and not w.arrival_s.any()
+
+
+ENTRIES = "(rows count the list's entries from 1)"
+RATE = 'request_rate must be a positive number or "inf", got'
+BURST = "burstiness must be a positive finite number, got"
+CLIENTS = "max_concurrency must be a positive integer or null, got"
+LIST = "must be a non-empty list of token counts, got"
+COUNT = "not an integer from 0 to 2^40"
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"request_rate": "fast"}, f"{RATE} a string"),
+        ({"request_rate": True}, f"{RATE} a boolean"),
+        ({"request_rate": 0}, f"{RATE} 0"),
+        ({"burstiness": [1.0]}, f"{BURST} a list"),
+        ({"burstiness": 0}, f"{BURST} 0"),
+        ({"burstiness": math.inf}, f"{BURST} inf"),
+        ({"max_concurrency": 2.5}, f"{CLIENTS} 2.5"),
+        ({"max_concurrency": "4"}, f"{CLIENTS} a string"),
+        ({"max_concurrency": 0}, f"{CLIENTS} 0"),
+        ({"input_lens": [10, 20, 30, 40]}, "input_lens has 4 entries but output_lens 5"),
+        ({"input_lens": []}, f"input_lens {LIST} an empty list"),
+        ({"output_lens": "5,0,7,8,9"}, f"output_lens {LIST} a string"),
+        ({"input_lens": [10, 20, "30", 40, 50]}, "row 3: input_lens: a string, not a count (rows"),
+        ({"input_lens": [10, 20, 30, True, 50]}, "row 4: input_lens: a boolean, not a count"),
+        ({"output_lens": [5, 0, 7, -8, 9]}, f"row 4: output_lens: {COUNT} {ENTRIES}"),
+        ({"output_lens": [5, 0, 7, 8, 9.5]}, f"row 5: output_lens: {COUNT}"),
+        ({"output_lens": [5, 0, 7, 8, 2**40 + 1]}, f"row 5: output_lens: {COUNT}"),
+        # row 2 failed (0 output tokens, dropped): its prompt may be 0, row 3's may not
+        ({"input_lens": [10, 0, 0, 40, 50]}, "row 3: input_lens: 0 tokens for a request that did"),
+        ({"output_lens": [0, 0, 0, 0, 0]}, "every request of this benchmark run failed"),
+    ],
+)  # fmt: skip
+def test_vllm_result_bad_settings_and_lengths_are_refused(
+    monkeypatch, capsys, tmp_path, changes, expected
+):
+    trace = _vllm_result(tmp_path / "bench.json", **changes)
+    err = refused(monkeypatch, capsys, tmp_path, "--trace", str(trace))
+    assert err.startswith(f"dsim: error: {trace}: ") and expected in err
+
+
+def test_vllm_result_settings_read_as_recorded(tmp_path):
+    w = load_trace(_vllm_result(tmp_path / "b.json", rate=2, concurrency=3.0, burstiness=None))
+    assert w.concurrency == 3 and isinstance(w.concurrency, int)
+    assert "gamma arrivals at 2 req/s, burstiness 1" in w.about  # null: vLLM's default
+    assert w.prompt_tokens.dtype == np.int64 and list(w.output_tokens) == [5, 7, 8, 9]
 
 
 def test_vllm_result_without_details_isrefused(monkeypatch, capsys, tmp_path):
@@ -137,6 +194,61 @@ def test_lengths_file_rows_replayed_in_order(tmp_path):
     w = load_workload(f"synthetic:concurrency=2,lengths={trace}")
     assert list(w.prompt_tokens) == [11, 22, 33] and w.concurrency == 2
     assert not w.arrival_s.any() and "in order" in w.about
+
+
+def test_token_counts_are_capped_at_2_to_the_40(tmp_path):
+    trace = tmp_path / "log.csv"
+    trace.write_text(f"t,p,o\n0,{2**40},6\n2,7,{2**40 + 1}\n")
+    with pytest.raises(InputError, match=f"row 2: column 'o': must be at most {2**40}$"):
+        load_trace(f"{trace}[timestamp=t:s,prompt=p,output=o]")
+    trace.write_text(f"t,p,o\n0,{2**40},6\n2,7,8\n")
+    assert load_trace(f"{trace}[timestamp=t:s,prompt=p,output=o]").prompt_tokens[0] == 2**40
+
+
+@pytest.mark.parametrize(
+    ("column", "unit"),
+    [("arrival_ms", "ms"), ("time_s", "s"), ("Time (sec)", "s"), ("tsMs", "ms"),
+     ("elapsed_microseconds", "us"), ("timestamp", None), ("TIMESTAMP", None),
+     ("ms_or_s", None)],
+)  # fmt: skip
+def test_a_columns_name_states_its_unit(column, unit):
+    assert stated_unit(column) == unit
+
+
+def test_a_unit_its_name_contradicts_is_a_note(monkeypatch, capsys, tmp_path):
+    """`arrival_ms` read as seconds runs (exit 0) with one note: the rate read, the unit used
+    and the mapping that gives the named one."""
+    trace = _user_csv(tmp_path / "user.csv", "arrival_ms,p,o", scale=1e3)
+    code, _, err = run_cli(
+        monkeypatch, capsys, "run", "--trace", f"{trace}[timestamp=arrival_ms:s,prompt=p,output=o]",
+        "--policy", "mtp1", "--window", "0:300", "--out", str(tmp_path / "o"), "--no-progress",
+    )  # fmt: skip
+    notes = [line for line in err.splitlines() if line.startswith("dsim: note: ")]
+    assert code == 0 and len(notes) == 1, err
+    assert f"{trace}: column 'arrival_ms' read in s (as mapped) gives 200 requests at " in notes[0]
+    assert "0.001579 req/s, but its name says ms" in notes[0]
+    assert f"--trace '{trace}[timestamp=arrival_ms:ms,prompt=p,output=o]'" in notes[0]
+
+
+@pytest.mark.parametrize(("unit", "rate"), [("s", "0.001579 req/s"), ("us", "1.579e+06 req/s")])
+def test_an_implausible_rate_is_a_note(tmp_path, unit, rate):
+    trace = _user_csv(tmp_path / "user.csv", scale=1e3 if unit == "s" else 1.0)
+    mapped = f"{trace}[timestamp=timestamp:{unit},prompt=prompt_tokens,output=completion_tokens]"
+    with pytest.warns(Notice) as caught:
+        load_trace(mapped)
+    (note,) = (str(w.message) for w in caught)
+    assert f"read in {unit} (as mapped) gives 200 requests at {rate}, outside the 0.01 to" in note
+    assert "[timestamp=timestamp:UNIT,prompt=prompt_tokens" in note and "(UNIT: s, ms" in note
+
+
+def test_a_lengths_file_says_nothing_of_its_timestamps(tmp_path):
+    """`lengths=` uses a file's rows, not its send times: no note on their unit."""
+    trace = _user_csv(tmp_path / "user.csv", "arrival_ms,p,o", scale=1e3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)
+        w = load_workload(f'synthetic:concurrency=2,lengths="{trace}[timestamp=arrival_ms:s,'
+                          'prompt=p,output=o]"')  # fmt: skip
+    assert len(w) == N
 
 
 def test_negative_timestamp_in_mapping_isrefused(tmp_path):

@@ -10,6 +10,7 @@ import re
 import tomllib
 
 import numpy as np
+import pandas as pd
 import pytest
 import typer
 from conftest import ROOT, run_cli, write_flat_profile, write_trace
@@ -153,6 +154,18 @@ def test_dsim_run_with_its_defaults_works_from_another_directory(monkeypatch, ca
     assert code == 0, err
     spec = json.loads((tmp_path / "o" / "summary.json").read_text())["spec"]
     assert (spec["trace"], spec["profile"]) == (DEFAULT_TRACE, DEFAULT_PROFILE)  # as spelled
+
+
+def test_the_default_traces_lengths_resolve_from_another_directory(monkeypatch, capsys, tmp_path):
+    """--max-concurrency replays the default trace's lengths (`lengths=` inside the synthetic
+    spec it becomes): they too come from the package's copy, not the working directory."""
+    monkeypatch.chdir(tmp_path)
+    args = ("--max-concurrency", "4", "--num-prompts", "20", "--no-progress", "--out", "o")
+    code, _, err = run_cli(monkeypatch, capsys, "run", *args)
+    assert code == 0, err
+    prompts = pd.read_parquet(tmp_path / "o" / "requests.parquet")["prompt_tokens"]
+    first = pd.read_csv(shipped.DATA / DEFAULT_TRACE, nrows=20)["ContextTokens"]
+    assert sorted(prompts) == sorted(first)  # the trace's first 20 rows
 
 
 def test_the_defaults_are_package_data_with_the_checkouts_bytes(monkeypatch, tmp_path):

@@ -187,6 +187,25 @@ def test_the_worker_pool_gives_the_in_process_numbers(monkeypatch, capsys, tmp_p
     pd.testing.assert_frame_equal(*tables)
 
 
+def test_a_trace_note_is_said_once_by_the_parent(tmp_path):
+    """Spawned workers read the trace again; only the parent, which read it first, says its
+    note (once, as a `dsim: note:` line, not as a worker's raw warning)."""
+    trace = tmp_path / "log.csv"
+    trace.write_text("arrival_ms,p,o\n0,10,5\n1000,10,5\n2000,10,5\n")
+    config = _config(tmp_path, '"fixed:1", "fixed:2", "fixed:3"')
+    mapped = f"{trace}[timestamp=arrival_ms:s,prompt=p,output=o]"
+    config.write_text(config.read_text().replace(CONFIG.split('"')[1], mapped))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = ["-m", "dsim", "pareto", "--config", str(config), "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, *args, "--jobs", "2", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("dsim: note: ") == 1 and "but its name says ms" in done.stderr
+    assert "Notice" not in done.stderr  # no worker's own warning line
+
+
 def _children(pid: int) -> list[str]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return path.read_text().split() if path.exists() else []

@@ -50,13 +50,26 @@ def check_schema_version(path: Path) -> None:
         )
 
 
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"PK": "zip", b"\x28\xb5": "zstd", b"BZ": "bzip2"}
+
+
 def _check_utf8(path: Path) -> None:
-    """Text tables must be UTF-8; the error names the data row (header = row 0), not a byte."""
+    """Text tables must be UTF-8; the error names the data row (a CSV's header is no row, a JSON
+    line is one), not a byte; a compressed file is named as such."""
     data = path.read_bytes()
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(path, data.count(b"\n", 0, exc.start), "not UTF-8 text") from None
+        kind = _COMPRESSED.get(data[:2])
+        if kind is not None:
+            problem = f"{kind}-compressed: dsim reads plain CSV, JSON lines or Parquet"
+            problem += "; decompress it"
+            raise InputError(path, None, problem) from None
+        line = data.count(b"\n", 0, exc.start)  # 0-based
+        row = line + 1 if path.suffix in (".jsonl", ".json") else line
+        if row == 0:
+            raise InputError(path, None, "not UTF-8 text in its header") from None
+        raise InputError(path, row, "not UTF-8 text") from None
 
 
 def require_columns(df: pd.DataFrame, path: str | Path, columns: Iterable[str]) -> None:

@@ -66,6 +66,7 @@ _UNIT_WORDS = {
 # Mean arrival rates (req/s) a serving log plausibly has: outside them a timestamp read in the
 # wrong unit is likelier (one request per 100 s, or more than a large cluster serves).
 PLAUSIBLE_RATE = (0.01, 10_000.0)
+RATE_ROWS = 10  # fewer arrivals say little of a rate (two requests 126 s apart are a sample)
 # The most tokens a request may have, as the README's other counts (--kv-tokens, --max-requests):
 # beyond it a count is a typo or an overflow, and would ask the engine for terabytes of KV.
 MAX_TOKENS = 2**40
@@ -229,14 +230,15 @@ def stated_unit(column: str) -> str | None:
 def unit_note(path: Path, mapping: TraceMapping, label: str, arrival: np.ndarray) -> str:
     """What to tell the user when the timestamps look read in the wrong unit (the column's name
     says another, or the mean rate is outside PLAUSIBLE_RATE), with the mapping that gives the
-    unit; "" when nothing looks wrong. A note, not an error: a log may be that sparse."""
+    unit; "" when nothing looks wrong. A note, not an error: a log may be that sparse. The rate
+    is judged on RATE_ROWS arrivals or more."""
     column, unit = mapping.timestamp, mapping.unit
     stated = stated_unit(column)
     n, span = len(arrival), float(arrival[-1])
     rate = (n - 1) / span if span > 0 else None
     if stated not in (None, unit):
         why, fix = f"but its name says {stated}", stated
-    elif rate is not None and not PLAUSIBLE_RATE[0] <= rate <= PLAUSIBLE_RATE[1]:
+    elif n >= RATE_ROWS and rate is not None and not PLAUSIBLE_RATE[0] <= rate <= PLAUSIBLE_RATE[1]:
         low, high = PLAUSIBLE_RATE
         why, fix = f"outside the {low:g} to {high:,g} req/s of a serving log", "UNIT"
     else:

@@ -268,6 +268,20 @@ def test_non_utf8_is_reported_by_row(rejected, tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_bytes((AZURE_HEADER + ROW1).encode() + b"2023-11-16 18:15:50,\xff\xfe,1\n")
     assert f"{trace}: row 2: not UTF-8 text" in rejected("--trace", str(trace))
+    lines = tmp_path / "trace.jsonl"  # no header: its second line is its second row
+    lines.write_bytes(b'{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"x": "\xff"}\n')
+    assert f"{lines}: row 2: not UTF-8 text" in rejected("--trace", str(lines))
+    trace.write_bytes(b"TIMESTAMP,\xffContextTokens\n")
+    assert f"{trace}: not UTF-8 text in its header" in rejected("--trace", str(trace))
+
+
+def test_a_compressed_trace_is_named_as_such(rejected, tmp_path):
+    import gzip
+
+    trace = tmp_path / "trace.csv.gz"
+    trace.write_bytes(gzip.compress((AZURE_HEADER + ROW1).encode()))
+    err = rejected("--trace", str(trace))
+    assert f"{trace}: gzip-compressed: dsim reads plain CSV, JSON lines or Parquet" in err
 
 
 def test_errors_never_echo_file_contents(rejected, tmp_path):

@@ -60,7 +60,8 @@ def test_mapping_reads_the_true_rate(tmp_path, unit, scale):
 def test_mapping_iso_dates(tmp_path):
     trace = tmp_path / "log.csv"
     trace.write_text("when,in,out\n2024-01-01T00:00:00,5,6\n2024-01-01T00:02:06,7,8\n")
-    with pytest.warns(Notice, match="2 requests at 0.007937 req/s"):  # one per 126 s: sparse
+    with warnings.catch_warnings():  # one request per 126 s, but two rows tell no rate
+        warnings.simplefilter("error", Notice)
         w = load_trace(f"{trace}[timestamp=when:iso,prompt=in,output=out]")
     assert list(w.arrival_s) == [0.0, SPAN_S] and list(w.output_tokens) == [6, 8]
 
@@ -239,6 +240,16 @@ def test_an_implausible_rate_is_a_note(tmp_path, unit, rate):
     (note,) = (str(w.message) for w in caught)
     assert f"read in {unit} (as mapped) gives 200 requests at {rate}, outside the 0.01 to" in note
     assert "[timestamp=timestamp:UNIT,prompt=prompt_tokens" in note and "(UNIT: s, ms" in note
+
+
+@pytest.mark.parametrize(("rows", "said"), [(9, False), (10, True)])
+def test_the_rate_is_judged_on_ten_arrivals_or_more(tmp_path, rows, said):
+    trace = tmp_path / "log.csv"
+    trace.write_text("t,p,o\n" + "".join(f"{i * 1000},5,6\n" for i in range(rows)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", Notice)
+        load_trace(f"{trace}[timestamp=t:s,prompt=p,output=o]")  # one request per 1000 s
+    assert any("0.001 req/s, outside the 0.01" in str(w.message) for w in caught) == said
 
 
 def test_a_lengths_file_says_nothing_of_its_timestamps(tmp_path):

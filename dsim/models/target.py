@@ -74,9 +74,18 @@ class Target:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
+# Keys of a config that name the library or the loading, not the model: a new transformers
+# release writes its own version into every config it loads, and must not orphan every
+# drafter trained for that model.
+NOT_THE_MODEL = frozenset({"dtype", "transformers_version"})
+
+
 def fingerprint(name: str, config: dict[str, Any]) -> str:
-    """`name:hash` of the architecture config: equal configs give equal fingerprints."""
-    keep = {k: v for k, v in sorted(config.items()) if not k.startswith("_") and k != "dtype"}
+    """`name:hash` of the architecture config: equal configs give equal fingerprints, whichever
+    transformers version loaded them."""
+    keep = {
+        k: v for k, v in sorted(config.items()) if not k.startswith("_") and k not in NOT_THE_MODEL
+    }
     blob = json.dumps(keep, sort_keys=True, default=str).encode()
     return f"{name}:{hashlib.sha256(blob).hexdigest()[:16]}"
 

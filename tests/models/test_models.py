@@ -13,13 +13,13 @@ import torch
 from conftest import ROOT
 
 from dsim import cli
-from dsim.acceptance.trace import read_acceptance_trace
+from dsim.acceptance.trace import read_acceptance_trace, read_trace_metadata
 from dsim.errors import InputError
 from dsim.models import data
 from dsim.models.checkpoint import load_drafter, read_checkpoint, save_drafter
 from dsim.models.collect import collect
 from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History, push_history
-from dsim.models.target import tiny_target
+from dsim.models.target import fingerprint, load_target, tiny_target
 from dsim.models.train import (
     LossWeights,
     TrainingData,
@@ -196,6 +196,25 @@ def test_the_shipped_checkpoint_builds() -> None:
                              for k, v in blob["weights"].items()})  # fmt: skip
     assert blob["format"] == "dsim-drafter/2" and config.block == "llama"
     assert config.kind == DEFAULT_DRAFTER.stem
+
+
+def test_the_fingerprint_names_the_model_not_the_library(target) -> None:
+    """A config written by another transformers release is the same model; one layer more is not."""
+    config = target.model.config.to_dict()
+    other_release = config | {"transformers_version": "99.0.0"}
+    deeper = config | {"num_hidden_layers": config["num_hidden_layers"] + 1}
+    assert fingerprint("t", other_release) == fingerprint("t", config)
+    assert fingerprint("t", deeper) != fingerprint("t", config)
+
+
+def test_the_shipped_drafter_and_traces_name_the_installed_target() -> None:
+    """What a fresh install loads: `dsim validate`'s default drafter on SmolLM2-135M, and the
+    shipped acceptance traces recorded on that same target."""
+    real = load_target()
+    assert load_drafter(ROOT / DEFAULT_DRAFTER, real).config.kind == DEFAULT_DRAFTER.stem
+    sidecars = sorted((ROOT / "traces/acceptance").glob("smollm2-*.json"))
+    assert sidecars and {read_trace_metadata(p.with_suffix(".parquet"))["target"]
+                         for p in sidecars} == {real.fingerprint}  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", KINDS)

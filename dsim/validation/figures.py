@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 METRICS = ("throughput_tok_s", "tpot_p50_s", "tpot_p90_s", "ttft_p50_s", "accepted_length_mean")
 LABELS = {
@@ -36,6 +37,7 @@ SIM_KINDS = ("trace", "preset")
 BASELINE = "mtp1"
 TPOT_TOL, RATIO_TOL, TTFT_TOL = 0.10, 0.10, 0.20
 TTFT_LOAD = "moderate"  # the load of the TTFT target
+RANKING_ALPHA = 0.05  # two-sided level of the paired test read beside the ranking target
 
 
 def stats(values: np.ndarray) -> dict[str, float]:
@@ -100,6 +102,32 @@ def ratios(means: dict[str, float]) -> dict[str, float]:
     return {p: v / means[BASELINE] for p, v in means.items()}
 
 
+def ranking_gaps(frame: pd.DataFrame, load: str, order: list[str]) -> list[dict]:
+    """Each adjacent pair of the real ranking at `load`, faster first: the slower one's TPOT
+    p50 over the faster one's, paired by seed (the policies of a seed share its arrivals and
+    prompts), with the standard error of the mean paired difference and whether a two-sided
+    paired t-test at RANKING_ALPHA tells the pair apart. Read beside the identical-ranking
+    target, never judging it: a pair the repeats do not tell apart has no real order for a
+    simulation to reproduce."""
+    gaps = []
+    for faster, slower in zip(order, order[1:], strict=False):
+        a = _values(frame, load, faster, "real", "tpot_p50_s")
+        b = _values(frame, load, slower, "real", "tpot_p50_s")
+        d = b - a
+        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+        critical = float(scipy_stats.t.ppf(1 - RANKING_ALPHA / 2, len(d) - 1)) if len(d) > 1 else 0
+        gaps.append(
+            {
+                "faster": faster,
+                "slower": slower,
+                "difference": float(d.mean() / a.mean()),
+                "se": se / float(a.mean()),
+                "resolved": bool(len(d) > 1 and d.mean() > critical * se),
+            }
+        )
+    return gaps
+
+
 def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
     """Per load: TPOT p50 means, the ranking and the ratios policy/mtp1, real and simulated,
     and the accuracy targets (met or not) for the `kind` simulation."""
@@ -113,6 +141,7 @@ def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
             entry[name] = {"tpot_p50_s": means, "ranking": ranking(means)}
             if BASELINE in means:
                 entry[name]["ratios"] = ratios(means)
+        entry["real"]["ranking_gaps"] = ranking_gaps(frame, load, entry["real"]["ranking"])
         errors = {
             p: entry["sim"]["tpot_p50_s"][p] / entry["real"]["tpot_p50_s"][p] - 1 for p in policies
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dsim.report import markdown_table
-from dsim.validation.figures import BASELINE, LABELS, METRICS, SIM_KINDS
+from dsim.validation.figures import BASELINE, LABELS, METRICS, RANKING_ALPHA, SIM_KINDS
 from dsim.validation.reference import WINDOW
 
 FIXES = {
@@ -166,6 +166,8 @@ def _load(load: str, results: dict, c: dict) -> list[str]:
         f"Ranking by TPOT p50: real {' < '.join(c['real']['ranking'])}; "
         f"trace sim {' < '.join(c['sim']['ranking'])}.",
         "",
+        _ranking_gaps(c["real"]["ranking_gaps"]),
+        "",
     ]
     if "ratios" in c["real"]:
         rows = [
@@ -176,6 +178,21 @@ def _load(load: str, results: dict, c: dict) -> list[str]:
     lines += ["Targets (trace-driven simulation):", ""]
     lines += [f"- {name}: **{'met' if met else 'missed'}**" for name, met in c["targets"].items()]
     return [*lines, ""]
+
+
+def _ranking_gaps(gaps: list[dict]) -> str:
+    """The real ranking's adjacent pairs, each with its paired gap and whether the repeats tell
+    it apart (read, not judged)."""
+    parts = [
+        f"{g['faster']} < {g['slower']} by {_pct(g['difference'])}"
+        + (f" ± {100 * g['se']:.1f}%" if g["se"] == g["se"] else " (one repeat)")
+        + f" ({'told apart' if g['resolved'] else 'not told apart'})"
+        for g in gaps
+    ]
+    return (
+        f"Real ranking's adjacent pairs (paired over seeds, gap ± its standard error; a paired "
+        f"t-test at {RANKING_ALPHA:.0%} two-sided; read, not judged): {'; '.join(parts)}."
+    )
 
 
 _RESULTS_HEADER = ["policy", "metric", "real", "trace sim", "error", "preset sim", "error"]

@@ -35,6 +35,7 @@ from dsim.validation.figures import (
     attribution,
     comparisons,
     ranking,
+    ranking_gaps,
     ratios,
     validation_json,
 )
@@ -239,6 +240,32 @@ def test_figures_closed_forms():
         "ratios_within_10pct": False,
     }
     assert "ttft_p50_within_20pct" in comp["moderate"]["targets"]
+
+
+def test_ranking_gaps_tell_a_clear_pair_apart_and_not_a_near_tie():
+    values = {
+        ("moderate", "dspark", "real"): [1.0, 1.0, 1.0],
+        ("moderate", "mtp1", "real"): [2.0, 2.1, 1.9],  # +100% ± 5.8%: t = 17.3
+        ("moderate", "fixed:4", "real"): [3.0, 1.1, 2.5],  # +10% ± 31%: t = 0.33
+    }
+    values |= {(ld, p, "trace"): [1.0] * 3 for (ld, p, _) in list(values)}
+    frame = frame_of(values)
+    clear, tie = ranking_gaps(frame, "moderate", ["dspark", "mtp1", "fixed:4"])
+    assert (clear["faster"], clear["slower"]) == ("dspark", "mtp1") and clear["resolved"]
+    assert clear["difference"] == pytest.approx(1.0)
+    assert clear["se"] == pytest.approx(0.1 / np.sqrt(3))
+    d = np.array([1.0, -1.0, 0.6])
+    assert tie["difference"] == pytest.approx(d.mean() / 2.0) and not tie["resolved"]
+    assert tie["se"] == pytest.approx(d.std(ddof=1) / np.sqrt(3) / 2.0)
+    # the test's edge, t(0.975, 2) = 4.303: gaps x - 1, x, x + 1 have t = x sqrt(3)
+    for x, told in ((2.49, True), (2.47, False)):
+        b = [10 + x - 1, 10 + x, 10 + x + 1]
+        edge = frame_of({("m", "a", "real"): [10.0] * 3, ("m", "b", "real"): b})
+        assert ranking_gaps(edge, "m", ["a", "b"])[0]["resolved"] is told
+    comp = comparisons(frame)["moderate"]
+    assert comp["real"]["ranking_gaps"] == [clear, tie]
+    same = comp["sim"]["ranking"] == comp["real"]["ranking"]
+    assert comp["targets"]["identical_ranking"] is same  # the gaps never judge
 
 
 def test_attribution_factors_multiply_to_the_tpot_error():
@@ -616,6 +643,10 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
         assert (steps["batch_tokens"] >= steps["num_running"]).all()
     report = (out / "report.md").read_text()
     assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
+    pairs = [line for line in report.splitlines() if line.startswith("Real ranking's adjacent")]
+    assert len(pairs) == 2 and all(" < " in p and "told apart)" in p for p in pairs)  # per load
+    for load, c in json.loads((out / "comparison.json").read_text())["by_load"].items():
+        assert [g["faster"] for g in c["real"]["ranking_gaps"]] == c["real"]["ranking"][:1], load
     assert sum(line.startswith("[") for line in lines) == 10  # a line per real run, re-run too
     assert "[10/10] moderate seed 1 dspark" in "\n".join(lines)  # the re-run's runs counted
     projected = [j for j, line in enumerate(lines) if line.startswith("projected total ")]

@@ -78,15 +78,83 @@ class Target:
 # release writes its own version into every config it loads, and must not orphan every
 # drafter trained for that model.
 NOT_THE_MODEL = frozenset({"dtype", "transformers_version"})
+# Sampling settings transformers 4.x wrote into every model config (5.x keeps them in the
+# generation config): how to decode, not what the model is.
+GENERATION_KEYS = frozenset(
+    [
+        "bad_words_ids",
+        "begin_suppress_tokens",
+        "decoder_start_token_id",
+        "diversity_penalty",
+        "do_sample",
+        "early_stopping",
+        "encoder_no_repeat_ngram_size",
+        "exponential_decay_length_penalty",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "length_penalty",
+        "max_length",
+        "min_length",
+        "no_repeat_ngram_size",
+        "num_beam_groups",
+        "num_beams",
+        "num_return_sequences",
+        "output_scores",
+        "remove_invalid_values",
+        "repetition_penalty",
+        "return_dict_in_generate",
+        "suppress_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+    ]
+)
+# Generic attributes every 4.x config carried at these values (5.x writes them only where a
+# model sets them): at its default such a key says nothing of the model.
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "add_cross_attention": False,
+    "cross_attention_hidden_size": None,
+    "finetuning_task": None,
+    "is_decoder": False,
+    "prefix": None,
+    "pruned_heads": {},
+    "sep_token_id": None,
+    "task_specific_params": None,
+    "tf_legacy_loss": False,
+    "tie_encoder_decoder": False,
+    "tokenizer_class": None,
+    "torchscript": False,
+    "use_bfloat16": False,
+}
+
+
+def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The architecture as transformers 5 writes it, from a config of 4.x or 5.x: library and
+    sampling keys out, 4.x's generic attributes at their defaults out, and 4.x's `rope_theta`
+    with `rope_scaling` folded into 5.x's `rope_parameters`."""
+    keep = {
+        k: v
+        for k, v in config.items()
+        if not k.startswith("_")
+        and k not in NOT_THE_MODEL
+        and k not in GENERATION_KEYS
+        and not (k in LEGACY_DEFAULTS and v == LEGACY_DEFAULTS[k])
+    }
+    if "rope_parameters" not in keep and "rope_theta" in keep:
+        scaling = dict(keep.pop("rope_scaling", None) or {})
+        scaling.pop("type", None)  # 4.x's older spelling of rope_type
+        kind = (config.get("rope_scaling") or {}).get("type", "default")
+        keep["rope_parameters"] = (
+            {"rope_type": kind} | scaling | {"rope_theta": keep.pop("rope_theta")}
+        )
+    return keep
 
 
 def fingerprint(name: str, config: dict[str, Any]) -> str:
-    """`name:hash` of the architecture config: equal configs give equal fingerprints, whichever
-    transformers version loaded them."""
-    keep = {
-        k: v for k, v in sorted(config.items()) if not k.startswith("_") and k not in NOT_THE_MODEL
-    }
-    blob = json.dumps(keep, sort_keys=True, default=str).encode()
+    """`name:hash` of the architecture config: equal architectures give equal fingerprints,
+    whichever transformers version (4.x or 5.x) loaded them."""
+    blob = json.dumps(canonical_config(config), sort_keys=True, default=str).encode()
     return f"{name}:{hashlib.sha256(blob).hexdigest()[:16]}"
 
 

@@ -19,7 +19,7 @@ from dsim.models import data
 from dsim.models.checkpoint import load_drafter, read_checkpoint, save_drafter
 from dsim.models.collect import collect
 from dsim.models.drafters import KINDS, Drafter, DrafterConfig, History, push_history
-from dsim.models.target import fingerprint, load_target, tiny_target
+from dsim.models.target import LEGACY_DEFAULTS, fingerprint, load_target, tiny_target
 from dsim.models.train import (
     LossWeights,
     TrainingData,
@@ -205,6 +205,27 @@ def test_the_fingerprint_names_the_model_not_the_library(target) -> None:
     deeper = config | {"num_hidden_layers": config["num_hidden_layers"] + 1}
     assert fingerprint("t", other_release) == fingerprint("t", config)
     assert fingerprint("t", deeper) != fingerprint("t", config)
+
+
+def test_a_config_of_transformers_4_and_of_5_name_the_same_model(target) -> None:
+    """4.x wrote sampling settings and generic attributes into every config and kept RoPE in
+    `rope_theta` / `rope_scaling`; 5.x folds RoPE into `rope_parameters` (the keys as 4.57.1
+    and 5.25.0 write them for SmolLM2-135M)."""
+    v5 = target.model.config.to_dict()
+    rope = v5["rope_parameters"]
+    assert rope["rope_type"] == "default"
+    v4 = {k: v for k, v in v5.items() if k != "rope_parameters"}
+    v4 |= {"rope_theta": rope["rope_theta"], "rope_scaling": None}
+    v4 |= LEGACY_DEFAULTS | {"temperature": 1.0, "top_k": 50, "max_length": 20, "num_beams": 1}
+    assert fingerprint("t", v4) == fingerprint("t", v5)
+    assert fingerprint("t", v4 | {"rope_theta": 2 * rope["rope_theta"]}) != fingerprint("t", v5)
+    assert fingerprint("t", v4 | {"is_decoder": True}) != fingerprint("t", v5)  # not a default
+    linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": rope["rope_theta"]}
+    scaled5 = v5 | {"rope_parameters": linear}
+    assert fingerprint("t", v4 | {"rope_scaling": {"type": "linear", "factor": 2.0}}) == (
+        fingerprint("t", scaled5)
+    )
+    assert fingerprint("t", scaled5) != fingerprint("t", v5)
 
 
 def test_the_shipped_drafter_and_traces_name_the_installed_target() -> None:

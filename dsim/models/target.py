@@ -143,8 +143,7 @@ def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
     }
     if "rope_parameters" not in keep and "rope_theta" in keep:
         scaling = dict(keep.pop("rope_scaling", None) or {})
-        scaling.pop("type", None)  # 4.x's older spelling of rope_type
-        kind = (config.get("rope_scaling") or {}).get("type", "default")
+        kind = scaling.pop("type", "default")  # 4.x's older spelling of rope_type
         keep["rope_parameters"] = (
             {"rope_type": kind} | scaling | {"rope_theta": keep.pop("rope_theta")}
         )

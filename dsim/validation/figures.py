@@ -114,15 +114,17 @@ def ranking_gaps(frame: pd.DataFrame, load: str, order: list[str]) -> list[dict]
         a = _values(frame, load, faster, "real", "tpot_p50_s")
         b = _values(frame, load, slower, "real", "tpot_p50_s")
         d = b - a
-        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-        critical = float(scipy_stats.t.ppf(1 - RANKING_ALPHA / 2, len(d) - 1)) if len(d) > 1 else 0
+        se, resolved = float("nan"), False  # one repeat: no spread, no order
+        if len(d) > 1:
+            se = float(d.std(ddof=1) / np.sqrt(len(d)))
+            resolved = bool(d.mean() > scipy_stats.t.ppf(1 - RANKING_ALPHA / 2, len(d) - 1) * se)
         gaps.append(
             {
                 "faster": faster,
                 "slower": slower,
                 "difference": float(d.mean() / a.mean()),
                 "se": se / float(a.mean()),
-                "resolved": bool(len(d) > 1 and d.mean() > critical * se),
+                "resolved": resolved,
             }
         )
     return gaps

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from dsim.report import markdown_table
@@ -185,7 +187,7 @@ def _ranking_gaps(gaps: list[dict]) -> str:
     it apart (read, not judged)."""
     parts = [
         f"{g['faster']} < {g['slower']} by {_pct(g['difference'])}"
-        + (f" ± {100 * g['se']:.1f}%" if g["se"] == g["se"] else " (one repeat)")
+        + (" (one repeat)" if math.isnan(g["se"]) else f" ± {100 * g['se']:.1f}%")
         + f" ({'told apart' if g['resolved'] else 'not told apart'})"
         for g in gaps
     ]

@@ -25,9 +25,9 @@ REFERENCE_EVERY = typer.Option(
 BUDGET_MINUTES = typer.Option(
     DEFAULTS.budget_minutes,
     help="Time the study plans to end within: the projected total is logged after the "
-    "profiling phase and after every run; past it, runs are shortened to fit (down to 0.8 of "
-    "--requests), and a drifted triple is re-run only while the projection with the re-run "
-    "stays within it (else it is kept, drifted).",
+    "profiling phase, after the rate rule and after every run; past it, runs are shortened "
+    "to fit (down to 0.8 of --requests), and a drifted triple is re-run only while the "
+    "projection with the re-run stays within it (else it is kept, drifted).",
     rich_help_panel=STUDY,
 )
 

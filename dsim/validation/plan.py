@@ -21,7 +21,7 @@ run achieved is reported next to it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -112,11 +112,12 @@ def expected_workload(
     )
 
 
-def simulated_busy(spec: RunSpec, workload: Workload, acceptance: str) -> float:
-    """The busy fraction of a trace-driven simulation of `workload` under `spec`."""
+def simulated_busy(spec: RunSpec, workload: Workload, acceptance: str) -> tuple[float, float]:
+    """(Busy fraction, busy seconds) of a trace-driven simulation of `workload` under `spec`."""
     source = parse_acceptance(acceptance, spec.gamma, "raw")  # real mode's raw confidences
-    result = run_engine(resolve_engine(spec), workload, Simulated(source))
-    return float(result.summary["busy_fraction"])
+    summary = run_engine(resolve_engine(spec), workload, Simulated(source)).summary
+    busy = float(summary["busy_fraction"])
+    return busy, busy * float(summary["duration_s"])
 
 
 def choose_rate(
@@ -136,34 +137,54 @@ def choose_rate(
     return float(np.sqrt(lo * hi))
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """What a load's repeats serve, as the rate rule expects it: repeat k's arrivals and
+    sampling seed `seeds[k]`, `n` requests each, the served prompts' token lengths (in the
+    served half's order) and the trace half's generated lengths."""
+
+    seeds: tuple[int, ...]
+    n: int
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def workloads(self, rate: float) -> list[Workload]:
+        """Each repeat's expected workload at `rate`, its prompts in the repeat's order."""
+        order = [repeat_order(len(self.prompt_tokens), k, self.n) for k in range(len(self.seeds))]
+        return [
+            expected_workload(rate, self.n, seed, self.prompt_tokens[o], self.output_tokens)
+            for seed, o in zip(self.seeds, order, strict=True)
+        ]
+
+
 def rate_for_load(
-    busy: float,
-    base: RunSpec,
-    acceptance: str,
-    seeds: list[int],
-    n: int,
-    prompt_tokens: np.ndarray,
-    output_tokens: np.ndarray,
+    busy: float, base: RunSpec, acceptance: str, repeats: Repeats
 ) -> tuple[float, float]:
     """The rule's rate for a target `mtp1` busy fraction, and the simulated busy fraction
-    there (mean over `seeds`, repeat k running seeds[k])."""
+    there (mean over the repeats)."""
     spec = replace(base, policy="mtp1")
 
     def busy_at(rate: float) -> float:
-        runs = [
-            simulated_busy(
-                replace(spec, seed=s),
-                expected_workload(
-                    rate, n, s, prompt_tokens[repeat_order(len(prompt_tokens), k, n)], output_tokens
-                ),
-                acceptance,
-            )
-            for k, s in enumerate(seeds)
-        ]
-        return float(np.mean(runs))
+        runs = zip(repeats.seeds, repeats.workloads(rate), strict=True)
+        busy = [simulated_busy(replace(spec, seed=s), w, acceptance)[0] for s, w in runs]
+        return float(np.mean(busy))
 
     rate = choose_rate(busy, busy_at)
     return rate, busy_at(rate)
+
+
+def run_busy_s(
+    base: RunSpec, policies: tuple[str, ...], acceptance: str, repeats: Repeats, rate: float
+) -> float:
+    """A run's simulated busy seconds at `rate`, the mean over `policies` and the repeats: a
+    real run's time is its passes' (the clock skips the idle gaps), so this is what the
+    study's projection weighs a load's runs by (`dsim.validation.timeline`)."""
+    runs = [
+        simulated_busy(replace(base, policy=policy, seed=s), w, acceptance)[1]
+        for policy in policies
+        for s, w in zip(repeats.seeds, repeats.workloads(rate), strict=True)
+    ]
+    return float(np.mean(runs))
 
 
 def trace_prompts(prompts: list[Prompt]) -> list[Prompt]:

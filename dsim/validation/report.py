@@ -126,6 +126,7 @@ def _plan(plan: dict, runs: list[dict]) -> list[str]:
     rows = []
     for name, p in plan.items():
         real_busy = [r["real_busy"] for r in runs if r["load"] == name and r["policy"] == BASELINE]
+        walls = [r["wall_s"] for r in runs if r["load"] == name]
         rows.append(
             [
                 name,
@@ -133,9 +134,14 @@ def _plan(plan: dict, runs: list[dict]) -> list[str]:
                 _num(p["rate"]),
                 f"{p['sim_busy']:.3f}",
                 ", ".join(f"{b:.3f}" for b in real_busy) or "-",
+                f"{p['run_busy_s']:.1f}",
+                f"{sum(walls) / len(walls):.1f}" if walls else "-",
             ]
         )
-    header = ["load", "target busy", "rate (req/s)", "sim mtp1 busy", "real mtp1 busy (runs)"]
+    header = [
+        "load", "target busy", "rate (req/s)", "sim mtp1 busy", "real mtp1 busy (runs)",
+        "sim busy s a run (the projection's weight)", "real s a run (mean wall)",
+    ]  # fmt: skip
     title = "## Loads (rate rule: simulated mtp1 busy fraction, bisection on the rate)"
     return ["", title, "", markdown_table(header, rows)]
 

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from dsim.cpu import cpu_name
@@ -50,10 +49,12 @@ from dsim.validation.bursts import (
 from dsim.validation.drift import RERUNS_TOTAL, TripleDrift, verdict
 from dsim.validation.figures import attribution, comparisons, validation_json
 from dsim.validation.plan import (
+    Repeats,
     arrivals_spec,
     generated_lengths,
     rate_for_load,
     repeat_order,
+    run_busy_s,
     served_prompts,
     trace_half,
     trace_prompts,
@@ -121,9 +122,11 @@ def validate(
     base = replace(
         raw, profile=str(out / ENGINE_PROFILE), draft_cost=str(out / ENGINE_DRAFT_PROFILE)
     )
-    plan = plan_loads(bench, base, str(trace_file), seeds, prompt_lengths, expected_out)
+    repeats = Repeats(tuple(seeds), s.requests, prompt_lengths, expected_out)
+    plan = plan_loads(bench, base, str(trace_file), repeats)
     phases.mark("rate rule")
     timeline.phase_done("rate rule")
+    bench.log(timeline.weigh_loads({name: p["run_busy_s"] for name, p in plan.items()}))
     measured, records = serve_all(
         bench, base, plan, (seeds, served), str(trace_file), pricing, timeline
     )
@@ -138,7 +141,7 @@ def study_timeline(bench: Bench, profile_s: float) -> Timeline:
     """The study's projection from its profiling phase (`dsim.validation.timeline`), logged:
     the later phases scale with the policies (calibration bursts) and the tokens a run serves."""
     s, default = bench.settings, Settings()
-    runs = len(s.loads) * s.repeats * len(s.policies)
+    runs = {name: s.repeats * len(s.policies) for name, _ in s.loads}
     timeline = Timeline(bench.started, 60 * s.budget_minutes, runs)
     calibrate = len(s.policies) / len(default.policies)
     run = s.requests * s.max_new_tokens / (default.requests * default.max_new_tokens)
@@ -209,22 +212,18 @@ def run_sizes(s: Settings, served: int) -> dict:
 
 
 def plan_loads(
-    bench: Bench,
-    base: RunSpec,
-    trace: str,
-    seeds: list[int],
-    prompt_lengths: np.ndarray,
-    expected_out: np.ndarray,
+    bench: Bench, base: RunSpec, trace: str, repeats: Repeats
 ) -> dict[str, dict[str, float]]:
-    """Each load's rate by the rate rule, and the simulated busy fraction there."""
+    """Each load's rate by the rate rule, the simulated busy fraction there and a run's
+    simulated busy seconds (over the policies: the projection's weight for the load)."""
     s, plan = bench.settings, {}
     for name, busy in s.loads:
-        rate, sim_busy = rate_for_load(
-            busy, base, trace, seeds, s.requests, prompt_lengths, expected_out
-        )
-        plan[name] = {"busy_target": busy, "rate": rate, "sim_busy": sim_busy}
+        rate, sim_busy = rate_for_load(busy, base, trace, repeats)
+        busy_s = run_busy_s(base, s.policies, trace, repeats, rate)
+        plan[name] = {"busy_target": busy, "rate": rate, "sim_busy": sim_busy, "run_busy_s": busy_s}
         bench.log(
-            f"load {name}: mtp1 busy {busy:.3f} -> {rate:.4g} requests/s (sim {sim_busy:.3f})"
+            f"load {name}: mtp1 busy {busy:.3f} -> {rate:.4g} requests/s (sim {sim_busy:.3f}; "
+            f"a run {busy_s:.1f} s busy, simulated)"
         )
     return plan
 
@@ -262,12 +261,13 @@ def serve_all(
             attempts = [drift]
             while not drift.settled(reruns_left):
                 said = f"{name} seed {seed} drifted {drift.change:+.1%}"
-                if not timeline.fits(len(s.policies)):
-                    over = clock(timeline.projected_s(len(s.policies)))
+                rerun = {name: len(s.policies)}
+                if not timeline.fits(rerun):
+                    over = clock(timeline.projected_s(rerun))
                     bench.log(f"{said}: kept, a re-run would end at {over}, past the budget")
                     break
                 reruns_left -= 1
-                timeline.runs_total += len(s.policies)
+                timeline.add_runs(name, len(s.policies))
                 bench.log(f"{said}: re-run")
                 key = (name, seed, len(attempts) + 1)
                 triple, drift = serve_triple(bench, base, pricing, key, rate, inputs, timeline)
@@ -303,7 +303,7 @@ def serve_triple(
         info, measured, part, drift = one_run(
             bench, replace(spec, policy=policy), prompts, trace, folder, pricing
         )
-        bench.log(timeline.run_done(timeline.now() - started))
+        bench.log(timeline.run_done(load, timeline.now() - started))
         tags = {"load": load, "seed": seed, "policy": policy}
         rows += [{**tags, "kind": kind, **m} for kind, m in measured.items()]
         runs.append({**tags, "folder": str(folder.relative_to(bench.out)), **info})

@@ -17,6 +17,7 @@ import torch
 from conftest import ROOT, run_cli, write_flat_profile
 from samples import untrained_drafter
 
+from dsim.acceptance.sources import parse_acceptance
 from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
 from dsim.engine.backend import Simulated
 from dsim.errors import InputError
@@ -26,7 +27,7 @@ from dsim.models.collect import collect
 from dsim.models.data import Prompt, read_prompt_file
 from dsim.models.target import tiny_target
 from dsim.run import RunSpec, run_engine
-from dsim.run_inputs import resolve
+from dsim.run_inputs import resolve, resolve_engine
 from dsim.validation import study
 from dsim.validation.bench import Bench
 from dsim.validation.drift import DRIFT_TOL, RERUNS_TOTAL, RunDrift, TripleDrift, verdict
@@ -40,10 +41,12 @@ from dsim.validation.figures import (
     validation_json,
 )
 from dsim.validation.plan import (
+    Repeats,
     choose_rate,
     expected_workload,
     rate_for_load,
     repeat_order,
+    run_busy_s,
     simulated_busy,
     split_rows,
     trace_half,
@@ -181,19 +184,38 @@ def test_rate_rule_hits_the_busy_fraction_in_the_simulator(inputs, tmp_path):
     _, meta = read_acceptance_trace(trace)
     write_acceptance_trace(half, half_file, meta)
     lengths, outputs = np.array([20, 30, 25]), np.array([8, 12, 5, 12])
+    repeats = Repeats((0, 1, 2), 40, lengths, outputs)
     for busy in (1 / 3, 2 / 3):
-        rate, sim = rate_for_load(busy, base, str(half_file), [0, 1, 2], 40, lengths, outputs)
-        again = np.mean(
-            [
-                simulated_busy(
-                    replace(base, policy="mtp1", seed=s),
-                    expected_workload(rate, 40, s, lengths[repeat_order(3, k, 40)], outputs),
-                    str(half_file),
-                )
-                for k, s in enumerate((0, 1, 2))
-            ]
-        )
-        assert again == pytest.approx(sim) and abs(sim - busy) < 0.03
+        rate, sim = rate_for_load(busy, base, str(half_file), repeats)
+        again = [
+            simulated_busy(
+                replace(base, policy="mtp1", seed=s),
+                expected_workload(rate, 40, s, lengths[repeat_order(3, k, 40)], outputs),
+                str(half_file),
+            )
+            for k, s in enumerate((0, 1, 2))
+        ]
+        assert np.mean([b for b, _ in again]) == pytest.approx(sim) and abs(sim - busy) < 0.03
+        # mtp1 alone: the mean busy seconds of the same three simulations
+        one = run_busy_s(base, ("mtp1",), str(half_file), repeats, rate)
+        assert one == pytest.approx(np.mean([s for _, s in again]))
+    slow, fast = (run_busy_s(base, ("mtp1",), str(half_file), repeats, r) for r in (0.05, 5.0))
+    assert slow > fast  # fewer requests batched together at the lower rate: more steps
+
+
+def test_a_simulated_run_is_busy_its_fraction_of_its_duration(inputs, tmp_path):
+    """simulated_busy's seconds are its busy fraction of the run's simulated duration, and on
+    a flat profile every step costs its 5 ms, so the busy seconds are whole steps."""
+    _, prompts, trace = inputs
+    profile = write_flat_profile(tmp_path / "profile.csv", 5.0)
+    spec = RunSpec(trace="x", profile=str(profile), gamma=4, draft_cost="0", policy="mtp1")
+    work = expected_workload(0.5, 6, 0, np.array([20, 30, 25]), np.array([8, 12]))
+    source = parse_acceptance(str(trace), spec.gamma, "raw")
+    result = run_engine(resolve_engine(spec), work, Simulated(source))
+    busy, busy_s = simulated_busy(spec, work, str(trace))
+    assert busy == pytest.approx(result.summary["busy_fraction"])
+    assert busy_s == pytest.approx(busy * result.summary["duration_s"])
+    assert busy_s / 0.005 == pytest.approx(round(busy_s / 0.005), abs=1e-6)
 
 
 def frame_of(values: dict) -> pd.DataFrame:
@@ -484,7 +506,9 @@ def test_projection_closed_form_from_profiling_then_from_measured_runs():
     """After profiling: elapsed + the phases' shares of it + the runs at its run share; after
     runs: elapsed + the runs left at their mean; the end time is now + what is left."""
     now = FakeTime()
-    timeline = Timeline(0.0, 600.0, 6, now=now, utc_now=lambda: NOON + dt.timedelta(seconds=now.t))
+    timeline = Timeline(
+        0.0, 600.0, {"light": 6}, now=now, utc_now=lambda: NOON + dt.timedelta(seconds=now.t)
+    )
     now.t = 100.0
     line = timeline.after_profiling(100.0, calibrate=2.0, run=0.5)
     first = 100 + 100 * (CALIBRATE_SHARE * 2 + RATE_RULE_SHARE) + 6 * 100 * RUN_SHARE * 0.5
@@ -496,13 +520,14 @@ def test_projection_closed_form_from_profiling_then_from_measured_runs():
     timeline.phase_done("rate rule")
     assert timeline.projected_s() == pytest.approx(150 + 6 * 100 * RUN_SHARE * 0.5)
     now.t = 180.0
-    timeline.run_done(30.0)
+    timeline.run_done("light", 30.0)
     now.t = 220.0
-    line = timeline.run_done(40.0)
+    line = timeline.run_done("light", 40.0)
     assert timeline.projected_s() == pytest.approx(220 + 4 * 35) and "2/6 runs done" in line
-    assert "35.0 s a run (measured)" in line and "ending ~12:06:00 UTC" in line  # 220 + 140 s
-    assert timeline.fits(extra_runs=3) and 220 + 7 * 35 <= 600  # a re-run of a triple fits
-    assert not Timeline(0.0, 400.0, 6, now=now, runs=[30.0, 40.0]).fits(3)  # 465 s > 400 s
+    assert "a run light 35.0 s (measured)" in line and "ending ~12:06:00 UTC" in line
+    assert timeline.fits({"light": 3}) and 220 + 7 * 35 <= 600  # a re-run of a triple fits
+    tight = Timeline(0.0, 400.0, {"light": 6}, now=now, runs=[("light", 30.0), ("light", 40.0)])
+    assert not tight.fits({"light": 3})  # 220 + 7 x 35 = 465 s > 400 s
     assert [h["when"] for h in timeline.history] == [
         "after profiling",
         "after run 1",
@@ -510,11 +535,39 @@ def test_projection_closed_form_from_profiling_then_from_measured_runs():
     ]
     last = timeline.history[-1]
     assert last["projected_total_s"] == pytest.approx(360.0) and last["runs_done"] == 2
+    assert last["per_run_s"] == {"light": pytest.approx(35.0)}
     assert last["projected_end_utc"] == "2026-01-01 12:06:00"
     assert (
         timeline.summary() == f"{int(first // 60)}m{int(first % 60):02d}s after profiling, "
         "6m00s after run 2 (budget 10m00s)"
     )
+
+
+def test_loads_weighed_by_their_simulated_busy_time():
+    """6 light runs weighing 3 and 6 moderate weighing 2 (a light run 1.5x a moderate one):
+    before any run the prior (60 s, the mean run) is shared so that its total stays 12 x 60 s;
+    after light runs of 72 and 78 s (25 s a unit of weight) a moderate run costs 50 s; a
+    re-run is priced at its own load."""
+    now = FakeTime()
+    timeline = Timeline(0.0, 1e4, {"light": 6, "moderate": 6}, now=now, prior_run_s=60.0)
+    equal = timeline.projected_s()
+    line = timeline.weigh_loads({"light": 3.0, "moderate": 2.0})
+    assert timeline.projected_s() == pytest.approx(equal) == pytest.approx(12 * 60.0)
+    assert timeline.run_s("light") == pytest.approx(72.0)
+    assert timeline.run_s("moderate") == pytest.approx(48.0)
+    assert "a run light 72.0 s / moderate 48.0 s" in line and "weighed" in line
+    now.t = 150.0
+    timeline.run_done("light", 72.0)
+    timeline.run_done("light", 78.0)
+    assert timeline.run_s("moderate") == pytest.approx(50.0)
+    assert timeline.projected_s() == pytest.approx(150 + 4 * 75 + 6 * 50)
+    assert timeline.projected_s({"moderate": 2}) == pytest.approx(150 + 4 * 75 + 8 * 50)
+    timeline.add_runs("light", 3)
+    assert timeline.runs_total == 15
+    assert timeline.projected_s() == pytest.approx(150 + 7 * 75 + 6 * 50)
+    for bad in ({"light": 3.0}, {"light": 3.0, "moderate": 0.0}):
+        with pytest.raises(ValueError, match="needs a weight > 0"):
+            timeline.weigh_loads(bad)
 
 
 @pytest.mark.parametrize(
@@ -527,9 +580,9 @@ def test_runs_are_sized_to_the_budget_down_to_the_floor(budget, expected):
     and the projection's runs take that size."""
     now = FakeTime()
     now.t = 100.0
-    timeline = Timeline(0.0, budget, 12, now=now, prior_run_s=50.0)
+    timeline = Timeline(0.0, budget, {"light": 12}, now=now, prior_run_s=50.0)
     assert timeline.sized_requests(10) == expected
-    assert timeline.per_run_s == pytest.approx(5.0 * expected)
+    assert timeline.run_s("light") == pytest.approx(5.0 * expected)
     assert timeline.projected_s() == pytest.approx(100 + 12 * 5.0 * expected)
     assert expected >= MIN_REQUESTS_SHARE * 10
 
@@ -539,10 +592,10 @@ def test_a_sized_study_serves_the_sized_runs_and_says_so(tmp_path):
     lines, now = [], FakeTime()
     now.t = 100.0
     bench = Bench(Settings(requests=10), tmp_path, None, None, lines.append, None)
-    sized = sized_runs(bench, Timeline(0.0, 300.0, 12, now=now, prior_run_s=50.0))
+    sized = sized_runs(bench, Timeline(0.0, 300.0, {"light": 12}, now=now, prior_run_s=50.0))
     assert sized.settings.requests == 8 and bench.settings.requests == 10
     assert lines[0].startswith("runs sized to 8 requests (of 10) to fit the budget: projected")
-    fits = Timeline(0.0, 1e4, 12, now=now, prior_run_s=50.0)
+    fits = Timeline(0.0, 1e4, {"light": 12}, now=now, prior_run_s=50.0)
     assert sized_runs(bench, fits) is bench and len(lines) == 1
 
 
@@ -555,12 +608,12 @@ def test_a_drifted_triple_is_re_run_only_while_the_projection_fits_the_budget(
     now, lines = FakeTime(), []
     settings = Settings(policies=("mtp1", "dspark"), loads=(("light", 0.3),), repeats=2)
     bench = SimpleNamespace(settings=settings, out=tmp_path, log=lines.append)
-    timeline = Timeline(0.0, 200.0, 4, now=now, prior_run_s=30.0)
+    timeline = Timeline(0.0, 200.0, {"light": 4}, now=now, prior_run_s=30.0)
 
     def serve_triple(bench, base, pricing, key, rate, inputs, timeline):
         for _ in settings.policies:
             now.t += 30.0
-            timeline.run_done(30.0)
+            timeline.run_done("light", 30.0)
         run = RunDrift("mtp1", 1.0, {"unfollowed": 0.5, "cpu_unfollowed": 0.5})
         return ([], [], []), TripleDrift(key[0], key[1], key[2], (run,))
 
@@ -650,12 +703,17 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert sum(line.startswith("[") for line in lines) == 10  # a line per real run, re-run too
     assert "[10/10] moderate seed 1 dspark" in "\n".join(lines)  # the re-run's runs counted
     projected = [j for j, line in enumerate(lines) if line.startswith("projected total ")]
-    assert len(projected) == 1 + 10  # after the profiling phase, then after every run
+    assert len(projected) == 2 + 10  # after profiling, the rate rule, then every run
     assert lines[projected[0] - 1].startswith("profiling tiny")
     assert lines[projected[0] + 1].startswith("calibrating the engine")
-    assert all(lines[j - 1].startswith("[") for j in projected[1:])
+    assert lines[projected[1] - 1].startswith("load moderate: mtp1 busy")
+    assert "weighed by their simulated busy time" in lines[projected[1]]
+    assert all(lines[j - 1].startswith("[") for j in projected[2:])
     history = diagnostics["projection"]
-    assert [h["runs_done"] for h in history] == list(range(11))
+    assert [h["runs_done"] for h in history] == [0, *range(11)]
+    plan = comp["loads"]
+    assert all(plan[load]["run_busy_s"] > 0 for load in ("light", "moderate"))
+    assert set(history[1]["per_run_s"]) == {"light", "moderate"}
     assert history[0]["runs_total"] == 8 and history[-1]["runs_total"] == 10
     assert history[-1]["elapsed_s"] == pytest.approx(history[-1]["projected_total_s"])
     assert diagnostics["meta"]["projected_total"].endswith("(budget 22m00s)")

@@ -157,6 +157,14 @@ class Repeats:
         ]
 
 
+def simulate_repeats(
+    spec: RunSpec, acceptance: str, repeats: Repeats, rate: float
+) -> list[tuple[float, float]]:
+    """`simulated_busy` of each repeat at `rate` under `spec`, repeat k running seeds[k]."""
+    runs = zip(repeats.seeds, repeats.workloads(rate), strict=True)
+    return [simulated_busy(replace(spec, seed=s), w, acceptance) for s, w in runs]
+
+
 def rate_for_load(
     busy: float, base: RunSpec, acceptance: str, repeats: Repeats
 ) -> tuple[float, float]:
@@ -165,9 +173,7 @@ def rate_for_load(
     spec = replace(base, policy="mtp1")
 
     def busy_at(rate: float) -> float:
-        runs = zip(repeats.seeds, repeats.workloads(rate), strict=True)
-        busy = [simulated_busy(replace(spec, seed=s), w, acceptance)[0] for s, w in runs]
-        return float(np.mean(busy))
+        return float(np.mean([b for b, _ in simulate_repeats(spec, acceptance, repeats, rate)]))
 
     rate = choose_rate(busy, busy_at)
     return rate, busy_at(rate)
@@ -180,9 +186,9 @@ def run_busy_s(
     real run's time is its passes' (the clock skips the idle gaps), so this is what the
     study's projection weighs a load's runs by (`dsim.validation.timeline`)."""
     runs = [
-        simulated_busy(replace(base, policy=policy, seed=s), w, acceptance)[1]
+        seconds
         for policy in policies
-        for s, w in zip(repeats.seeds, repeats.workloads(rate), strict=True)
+        for _, seconds in simulate_repeats(replace(base, policy=policy), acceptance, repeats, rate)
     ]
     return float(np.mean(runs))
 

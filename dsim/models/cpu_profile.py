@@ -21,7 +21,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,29 +104,52 @@ class PassClock:
         return setup, run
 
 
+@dataclass(frozen=True)
+class Focus:
+    """Verify points of at most `max_seqs` sequences, timed again in `rounds` more rounds
+    after each round over all points: where a study's steps live (a light or moderate load
+    on a small model spends nearly all its decode time at one or two sequences), a cell's
+    median of the profile's few repeats moves the price of most of a run (the validation
+    study's README: the probe of the small-batch cells). No focus: every point alike."""
+
+    max_seqs: int = 0
+    rounds: int = 0
+
+    def points(self, verify: Sequence[int]) -> list[int]:
+        """Indices of the focused points among verify points of `verify` sequences each."""
+        return [i for i, r in enumerate(verify) if r <= self.max_seqs] if self.rounds else []
+
+
 def round_robin(
     steps: list[tuple[Callable[[], None], Callable[[], None]]],
     repeats: int,
     warmup: int,
     timer: StepTimer,
     on_round: Callable[[], None] = lambda: None,
-) -> np.ndarray:
-    """Seconds, shape (points, repeats): every point's untimed warm-up, then the timed repeats
-    in rounds, one repeat of every point per round. On a shared machine a slow minute then
-    costs every point one repeat, instead of all the repeats of the few points timed in it: the
-    profile's shape across points, which the policies compare, stays smooth (timed point by
-    point, two validation profiles differed by up to 30% at single points)."""
+    again: Sequence[int] = (),
+    again_rounds: int = 0,
+) -> list[np.ndarray]:
+    """Seconds per point: every point's untimed warm-up, then the timed repeats in rounds, one
+    repeat of every point per round. On a shared machine a slow minute then costs every point
+    one repeat, instead of all the repeats of the few points timed in it: the profile's shape
+    across points, which the policies compare, stays smooth (timed point by point, two
+    validation profiles differed by up to 30% at single points). Each round is followed by
+    `again_rounds` rounds over the points `again` only, so those points have
+    repeats x (1 + again_rounds) samples, spread over the phase as the others' are."""
     for setup, run in steps:
         for _ in range(warmup):
             setup()
             run()
-    times = np.empty((len(steps), repeats))
-    for i in range(repeats):
-        for j, (setup, run) in enumerate(steps):
-            setup()
-            times[j, i] = timer(run)
+    times: list[list[float]] = [[] for _ in steps]
+    order = [range(len(steps)), *[again] * again_rounds]
+    for _ in range(repeats):
+        for points in order:
+            for j in points:
+                setup, run = steps[j]
+                setup()
+                times[j].append(timer(run))
         on_round()
-    return times
+    return [np.array(t) for t in times]
 
 
 def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
@@ -148,9 +172,10 @@ def measure_cpu_profile(
     warmup: int = 2,
     timer: StepTimer = cpu_timer,
     on_round: Callable[[], None] = lambda: None,
+    focus: Focus = Focus(),
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`,
-    timed in rounds over all of them (`round_robin`)."""
+    timed in rounds over all of them (`round_robin`), the `focus` points more often."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
     longest = max(b // r for _, b, r in grid.points())  # the widest block, cells included
     clock = PassClock(target, slots, max(grid.contexts) + longest)
@@ -166,7 +191,8 @@ def measure_cpu_profile(
     ]
     single = verify + prefill
     steps = [clock.step(parts) for *_, parts in single] + [clock.step(p) for p in mixed_parts]
-    times = round_robin(steps, repeats, warmup, timer, on_round)
+    again = focus.points([r for _, _, r, _, _ in verify])
+    times = round_robin(steps, repeats, warmup, timer, on_round, again, focus.rounds)
     rows = [
         _row(t, phase, tokens, seqs, ctx)
         for (phase, tokens, seqs, ctx, _), t in zip(single, times[: len(single)], strict=True)
@@ -272,9 +298,11 @@ def write_cpu_profile(
     command: str = "",
     progress: bool = True,
     meta: dict[str, Any] | None = None,
+    focus: Focus = Focus(),
 ) -> pd.DataFrame:
-    """Measure `target`'s passes on `grid` and write the profile, its sidecar (machine, load,
-    the model fit's residuals, the mixed-step composition check) atomically."""
+    """Measure `target`'s passes on `grid` (the `focus` points more often) and write the
+    profile, its sidecar (machine, load, the model fit's residuals, the mixed-step composition
+    check) atomically."""
     import transformers
     from rich.progress import Progress
 
@@ -285,7 +313,7 @@ def write_cpu_profile(
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {label} (rounds over all points)", total=repeats)
         df, mixed = measure_cpu_profile(
-            target, grid, repeats, warmup, CPU_TIMERS[timer], on_round=lambda: bar.advance(task)
+            target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus
         )
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
@@ -295,7 +323,7 @@ def write_cpu_profile(
         "method": "measured: real mode's target pass (dsim.models.ragged.RaggedTarget.forward "
         "over ragged blocks with a KV pool, then the LM head and softmax at every verify "
         "position and the last prefill position), rejection sampling not timed; the timed "
-        "repeats in rounds over all points (round_robin)",
+        "repeats in rounds over all points (round_robin), the focus points in more rounds",
         "model": label,
         "model_config": zoo.describe(target.model.config),
         "device": device,
@@ -305,6 +333,7 @@ def write_cpu_profile(
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
+        "focus": {**asdict(focus), "repeats": repeats * (1 + focus.rounds)},
         "warmup": warmup,
         "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),

@@ -10,12 +10,18 @@ import pandas as pd
 
 from dsim.hardware.latency import write_profile
 from dsim.hardware.measure import latency_percentiles
-from dsim.models.cpu_profile import write_cpu_profile
+from dsim.models.cpu_profile import Focus, write_cpu_profile
 from dsim.models.data import Prompt
 from dsim.validation.bench import Bench
 
 DRAFTER_BATCHES = (1, 2, 4, 8, 16, 32)
 PROFILE_WARMUP = 1  # untimed passes per point: the timed rounds run them all again
+# The cells the runs live in (one or two sequences hold nearly all of both loads' decode
+# time), timed 2 more times after each of the profile's 5 rounds: medians of 15. With 5, such
+# a cell's median wanders by a few percent from profile to profile, and the light load's
+# passes under one policy move by as much (the validation study's README and its probe of the
+# small-batch cells); about a minute more of profiling on a 2-core VM.
+FOCUS = Focus(max_seqs=2, rounds=2)
 
 
 def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.DataFrame:
@@ -57,5 +63,7 @@ def measure_profiles(bench: Bench, served: list[Prompt]) -> tuple[Path, Path, np
         profile = bench.out / "profile.csv"
         bench.log(f"profiling {s.target} on this machine ({profile})")
         grid = s.profile_grid(int(prompt_lengths.max()) + s.max_new_tokens, drafter.gamma + 1)
-        write_cpu_profile(target, s.target, grid, profile, warmup=PROFILE_WARMUP, progress=False)
+        write_cpu_profile(
+            target, s.target, grid, profile, warmup=PROFILE_WARMUP, progress=False, focus=FOCUS
+        )
     return profile, draft_profile, prompt_lengths

@@ -30,7 +30,7 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.hardware.show import curves, knee
-from dsim.models.cpu_profile import profile_cpu, round_robin
+from dsim.models.cpu_profile import Focus, profile_cpu, round_robin
 
 TINY = {
     "model_type": "llama",
@@ -267,10 +267,8 @@ def test_gpu_timer_path_with_fake_device(tiny_json):
         np.testing.assert_allclose(df[col], 7.0)
 
 
-def test_round_robin_times_one_repeat_of_every_point_per_round():
-    """Warm-ups first and untimed; then each round times every point once, each run right
-    after its own setup (points share the pool's slots); rows are points, columns repeats."""
-    events: list[str] = []
+def _recorder(events: list[str]):
+    """Points that log their setup and run, and a timer that logs and returns the log's length."""
 
     def point(name: str) -> tuple:
         return (lambda: events.append(f"setup {name}"), lambda: events.append(f"run {name}"))
@@ -280,12 +278,40 @@ def test_round_robin_times_one_repeat_of_every_point_per_round():
         step()
         return float(len(events))
 
+    return point, timer
+
+
+def test_round_robin_times_one_repeat_of_every_point_per_round():
+    """Warm-ups first and untimed; then each round times every point once, each run right
+    after its own setup (points share the pool's slots); one array of repeats per point."""
+    events: list[str] = []
+    point, timer = _recorder(events)
     rounds = []
     times = round_robin([point("a"), point("b")], 2, 1, timer, lambda: rounds.append(1))
     assert events[:4] == ["setup a", "run a", "setup b", "run b"]
     assert events[4:] == ["setup a", "timed", "run a", "setup b", "timed", "run b"] * 2
-    assert times.shape == (2, 2) and rounds == [1, 1]
-    assert times[0, 0] < times[1, 0] < times[0, 1] < times[1, 1]  # interleaved, not point-wise
+    assert [len(t) for t in times] == [2, 2] and rounds == [1, 1]
+    assert times[0][0] < times[1][0] < times[0][1] < times[1][1]  # interleaved, not point-wise
+
+
+def test_round_robin_times_the_again_points_in_more_rounds_after_each_round():
+    """Each round over all points is followed by `again_rounds` rounds over `again` only: those
+    points get repeats x (1 + again_rounds) samples, spread over every round, the rest repeats."""
+    events: list[str] = []
+    point, timer = _recorder(events)
+    rounds = []
+    steps = [point("a"), point("b"), point("c")]
+    times = round_robin(steps, 2, 0, timer, lambda: rounds.append(1), again=[1], again_rounds=2)
+    runs = [e for e in events if e.startswith("run")]
+    assert runs == ["run a", "run b", "run c", "run b", "run b"] * 2
+    assert [len(t) for t in times] == [2, 6, 2] and rounds == [1, 1]
+    assert times[0][1] < times[1][3]  # b's later samples come from the second round too
+
+
+def test_focus_picks_the_verify_points_of_few_sequences_and_nothing_without_rounds():
+    assert Focus(max_seqs=2, rounds=2).points([1, 4, 2, 16, 3, 1]) == [0, 2, 5]
+    assert Focus(max_seqs=2, rounds=0).points([1, 2]) == []
+    assert Focus().points([1, 2]) == []
 
 
 def test_kernel_timer_sums_only_the_steps_kernels():

@@ -135,21 +135,22 @@ def round_robin(
     across points, which the policies compare, stays smooth (timed point by point, two
     validation profiles differed by up to 30% at single points). Each round is followed by
     `again_rounds` rounds over the points `again` only, so those points have
-    repeats x (1 + again_rounds) samples, spread over the phase as the others' are."""
+    repeats x (1 + again_rounds) samples, spread over the phase as the others' are: a point's
+    first `repeats` samples are its rounds over all points, the rest its `again` rounds."""
     for setup, run in steps:
         for _ in range(warmup):
             setup()
             run()
     times: list[list[float]] = [[] for _ in steps]
-    order = [range(len(steps)), *[again] * again_rounds]
+    extra: list[list[float]] = [[] for _ in steps]
     for _ in range(repeats):
-        for points in order:
+        for samples, points in [(times, range(len(steps))), *[(extra, again)] * again_rounds]:
             for j in points:
                 setup, run = steps[j]
                 setup()
-                times[j].append(timer(run))
+                samples[j].append(timer(run))
         on_round()
-    return [np.array(t) for t in times]
+    return [np.array(t + e) for t, e in zip(times, extra, strict=True)]
 
 
 def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dict[str, Any]:
@@ -173,9 +174,10 @@ def measure_cpu_profile(
     timer: StepTimer = cpu_timer,
     on_round: Callable[[], None] = lambda: None,
     focus: Focus = Focus(),
-) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Verify and prefill rows of the profile, and the mixed steps of `grid.mixed_points`,
-    timed in rounds over all of them (`round_robin`), the `focus` points more often."""
+) -> tuple[pd.DataFrame, list[dict[str, Any]], float]:
+    """Verify and prefill rows of the profile, the mixed steps of `grid.mixed_points`, timed
+    in rounds over all of them (`round_robin`), the `focus` points more often, and the seconds
+    the focus's own rounds took (what the profile's work costs beyond its rounds)."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
     longest = max(b // r for _, b, r in grid.points())  # the widest block, cells included
     clock = PassClock(target, slots, max(grid.contexts) + longest)
@@ -193,6 +195,7 @@ def measure_cpu_profile(
     steps = [clock.step(parts) for *_, parts in single] + [clock.step(p) for p in mixed_parts]
     again = focus.points([r for _, _, r, _, _ in verify])
     times = round_robin(steps, repeats, warmup, timer, on_round, again, focus.rounds)
+    focus_s = float(sum(times[j][repeats:].sum() for j in again))
     rows = [
         _row(t, phase, tokens, seqs, ctx)
         for (phase, tokens, seqs, ctx, _), t in zip(single, times[: len(single)], strict=True)
@@ -209,7 +212,7 @@ def measure_cpu_profile(
         }
         for ((r, q), (rp, chunk), ctx), t in zip(mixed_points, times[len(rows) :], strict=True)
     ]
-    return pd.DataFrame(rows), mixed
+    return pd.DataFrame(rows), mixed, focus_s
 
 
 def composition_check(model: LatencyModel, mixed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -312,7 +315,7 @@ def write_cpu_profile(
     started = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {label} (rounds over all points)", total=repeats)
-        df, mixed = measure_cpu_profile(
+        df, mixed, focus_s = measure_cpu_profile(
             target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus
         )
     device = device_name(torch.device("cpu"))
@@ -333,7 +336,11 @@ def write_cpu_profile(
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
-        "focus": {**asdict(focus), "repeats": repeats * (1 + focus.rounds)},
+        "focus": {
+            **asdict(focus),
+            "repeats": repeats * (1 + focus.rounds),
+            "seconds": round(focus_s, 3),
+        },
         "warmup": warmup,
         "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),

@@ -4,11 +4,12 @@ clock a validation by another machine's profile."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from dsim.hardware.latency import write_profile
+from dsim.hardware.latency import profile_metadata, write_profile
 from dsim.hardware.measure import latency_percentiles
 from dsim.models.cpu_profile import Focus, write_cpu_profile
 from dsim.models.data import Prompt
@@ -50,15 +51,24 @@ def measure_drafter_profile(drafter, target, out: Path, repeats: int = 7) -> pd.
     return df
 
 
-def measure_profiles(bench: Bench, served: list[Prompt]) -> tuple[Path, Path, np.ndarray]:
-    """The drafter's profile, and the target's unless one was given: (target profile,
-    drafter profile, the served prompts' token lengths)."""
+class Measured(NamedTuple):
+    """What the profiling phase made: the profiles, the served prompts' token lengths, and the
+    seconds of the target profile's focus rounds (0 when a profile was given)."""
+
+    profile: Path
+    draft_profile: Path
+    prompt_lengths: np.ndarray
+    focus_s: float
+
+
+def measure_profiles(bench: Bench, served: list[Prompt]) -> Measured:
+    """The drafter's profile, and the target's unless one was given."""
     s, target, drafter = bench.settings, bench.target, bench.drafter
     draft_profile = bench.out / "drafter-profile.csv"
     bench.log(f"profiling the drafter on this machine ({draft_profile})")
     measure_drafter_profile(drafter, target, draft_profile)
     prompt_lengths = np.array([len(target.encode_chat(p.prompt)) for p in served], np.int64)
-    profile = s.profile
+    profile, focus_s = s.profile, 0.0
     if profile is None:
         profile = bench.out / "profile.csv"
         bench.log(f"profiling {s.target} on this machine ({profile})")
@@ -66,4 +76,5 @@ def measure_profiles(bench: Bench, served: list[Prompt]) -> tuple[Path, Path, np
         write_cpu_profile(
             target, s.target, grid, profile, warmup=PROFILE_WARMUP, progress=False, focus=FOCUS
         )
-    return profile, draft_profile, prompt_lengths
+        focus_s = profile_metadata(profile)["focus"]["seconds"]
+    return Measured(profile, draft_profile, prompt_lengths, focus_s)

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 BUDGET_MINUTES = 22.0  # the default budget: a verdict within 25 minutes, with room to spare
 # A default study's phases after profiling, in shares of its profiling phase (model load,
 # drafter and target profiles): calibration 54-59 s, rate rule 7 s and a run (real and both
-# simulations) 35.7 s on average, against 146-150 s of profiling, on a 2-core Xeon.
+# simulations) 35.7 s on average, against 146-150 s of profiling, on a 2-core Xeon, with
+# no focus rounds in the profile (`dsim.validation.profiles.FOCUS`): the phase is taken
+# without them (`study.study_timeline`), since the later phases do not scale with them.
 CALIBRATE_SHARE = 0.38  # for the default policies; it serves bursts per policy
 RATE_RULE_SHARE = 0.05
 RUN_SHARE = 0.24  # one run of the default requests; it serves requests x their tokens

@@ -30,7 +30,8 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.hardware.show import curves, knee
-from dsim.models.cpu_profile import Focus, profile_cpu, round_robin
+from dsim.models.cpu_profile import Focus, measure_cpu_profile, profile_cpu, round_robin
+from dsim.models.target import tiny_target
 
 TINY = {
     "model_type": "llama",
@@ -305,7 +306,29 @@ def test_round_robin_times_the_again_points_in_more_rounds_after_each_round():
     runs = [e for e in events if e.startswith("run")]
     assert runs == ["run a", "run b", "run c", "run b", "run b"] * 2
     assert [len(t) for t in times] == [2, 6, 2] and rounds == [1, 1]
-    assert times[0][1] < times[1][3]  # b's later samples come from the second round too
+    b = times[1]  # its rounds over all points first, then its again rounds, each in order
+    assert b[0] < b[2] < b[3] < b[1] < b[4] < b[5]
+
+
+def test_cpu_profile_times_its_focus_points_again_and_counts_their_seconds():
+    """Every timed pass "takes" 1 s: the two one-sequence verify points get 2 x 3 more samples
+    each, and those 12 s are the focus's own, which the rest of the profile does not include."""
+    timed = []
+
+    def timer(run):
+        run()
+        timed.append(1)
+        return 1.0
+
+    grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 2), contexts=(16,), prefill_seqs=(1,),
+                prefill_chunks=(8,))  # fmt: skip
+    focus = Focus(max_seqs=1, rounds=3)
+    df, mixed, focus_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, focus=focus)
+    points = len(df) + len(mixed)
+    assert focus_s == 12.0 and len(timed) == 2 * points + 12
+    assert (df["num_seqs"] == 1).sum() == 3  # the focus's 2 verify points and 1 prefill point
+    _, _, none_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
+    assert none_s == 0.0
 
 
 def test_focus_picks_the_verify_points_of_few_sequences_and_nothing_without_rounds():

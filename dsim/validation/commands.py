@@ -22,6 +22,12 @@ REFERENCE_EVERY = typer.Option(
     "real run (outside its clock) to price it with the core's speed of the moment.",
     rich_help_panel=RUNS,
 )
+DRAWS = typer.Option(
+    DEFAULTS.draws,
+    help="Acceptance draws per simulated run: each real run is simulated this many times "
+    "(seeds of their own, the run's first) and compared with their mean.",
+    rich_help_panel=STUDY,
+)
 BUDGET_MINUTES = typer.Option(
     DEFAULTS.budget_minutes,
     help="Time the study plans to end within: the projected total is logged after the "
@@ -88,6 +94,7 @@ def validate_cmd(
     ),
     reference_every: int = REFERENCE_EVERY,
     budget_minutes: float = BUDGET_MINUTES,
+    draws: int = DRAWS,
 ) -> None:
     """Real mode (wall clock) vs trace- and preset-driven simulation at two loads, repeated
     with different seeds; writes OUT/validation.json, comparison.json, diagnostics.json and
@@ -100,6 +107,7 @@ def validate_cmd(
         policies=spec_grammar.items(policies), loads=parse_loads(loads), repeats=repeats,
         requests=requests, max_new_tokens=max_new_tokens, max_seqs=max_seqs, seed=seed,
         target=target, reference_every=reference_every, budget_minutes=budget_minutes,
+        draws=draws,
     )  # fmt: skip
     validate(settings, out, log=lambda line: typer.echo(line, err=True))
 

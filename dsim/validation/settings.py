@@ -40,10 +40,12 @@ class Settings:
     profile_contexts: tuple[int, ...] | None = None  # None: profile_grid's rule
     reference_every: int = 8  # verifies between reference passes (`dsim.validation.reference`)
     budget_minutes: float = BUDGET_MINUTES  # a re-run only within it (`dsim.validation.timeline`)
+    draws: int = 32  # acceptance draws a run's simulations average (`dsim.validation.runs`)
 
     def check(self) -> None:
         """Everything that can be refused before a model is loaded or a file written."""
-        for name in ("repeats", "requests", "max_new_tokens", "max_seqs", "reference_every"):
+        counts = ("repeats", "requests", "max_new_tokens", "max_seqs", "reference_every", "draws")
+        for name in counts:
             if getattr(self, name) < 1:
                 raise InputError(None, None, f"--{name.replace('_', '-')} must be >= 1")
         if not self.budget_minutes > 0:

@@ -201,6 +201,8 @@ def study_meta(s: Settings, served: int) -> dict:
         "max_seqs": s.max_seqs,
         "repeats": s.repeats,
         "seeds": f"{s.seed}..{s.seed + s.repeats - 1} (arrivals and sampling)",
+        "simulation_draws": f"{s.draws} per simulated run (acceptance seeds: the run's, then "
+        "their own); the simulated values are their mean",
     }
 
 

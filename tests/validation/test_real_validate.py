@@ -650,6 +650,7 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
         target="tiny",
         profile_contexts=(16, 32),
         reference_every=1,
+        draws=3,
     )
     out = tmp_path / "validation"
     lines: list[str] = []
@@ -673,6 +674,7 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
                 assert v["error"] == pytest.approx((v["sim"] - v["real"]) / v["real"])
                 assert set(v["loads"]) == {"light", "moderate"}
                 assert len(v["loads"]["light"]["real_runs"]) == 2
+    assert_each_simulation_the_mean_of_its_draws(out, saved, draws=3)
     served = [json.loads(x)["id"] for x in (out / "prompts-served.jsonl").read_text().splitlines()]
     assert served == ["p1", "p3", "p5"]
     half, _ = read_acceptance_trace(out / "trace-half.parquet")
@@ -735,6 +737,30 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert_every_run_priced_by_its_own_reference(out, comp["machine_drift"], cal, diagnostics)
 
 
+def assert_each_simulation_the_mean_of_its_draws(out, saved, draws):
+    """Every kept run's two simulations: `draws` acceptance draws, the run's own seed first and
+    then seeds of their own; the first written as the run's simulation; the saved per-run value
+    their mean."""
+    diagnostics = json.loads((out / "diagnostics.json").read_text())
+    for kind in ("trace", "preset"):
+        sims: dict[str, list[float]] = {}
+        for r in diagnostics["runs"]:
+            folder = out / r["folder"]
+            name = r["policy"].replace(":", "")
+            table = pd.read_csv(folder / f"{name}-{kind}-draws.csv")
+            assert list(table["draw"]) == list(range(draws))
+            assert table["seed"].iloc[0] == r["seed"] and table["seed"].nunique() == draws
+            first = json.loads((folder / f"{name}-{kind}" / "summary.json").read_text())
+            assert table["tpot_p50_s"].iloc[0] == first["tpot_p50_s"]
+            sims.setdefault(r["policy"], []).append(table["tpot_p50_s"].mean())
+        for policy, values in sims.items():
+            saved_runs = [
+                v for load in ("light", "moderate")
+                for v in saved[policy][kind]["tpot_p50_s"]["loads"][load]["sim_runs"]
+            ]  # fmt: skip
+            assert sorted(saved_runs) == pytest.approx(sorted(values), rel=1e-12)
+
+
 def assert_every_run_priced_by_its_own_reference(out, drift, cal, diagnostics):
     """The jumping core caught inside light seed 0's first run and that triple re-run; the
     slow-down inside its second followed by that run's trace; every run's simulations on the
@@ -785,6 +811,7 @@ def assert_every_run_priced_by_its_own_reference(out, drift, cal, diagnostics):
     [
         (["--loads", "light=1.5"], "NAME=BUSY"),
         (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--draws", "0"], "--draws must be >= 1"),
         (["--policies", "oracle"], "cannot be served"),
     ],
 )

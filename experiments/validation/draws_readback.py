@@ -8,7 +8,9 @@ run's accepted length and TPOT p50 (the noise one draw carries), then the report
 errors, ratio errors and rankings from draw 0 alone and from the mean over the draws. It
 judges nothing. A trimmed study's runs are in the git history, e.g.
 `git archive 07629c1 experiments/validation/v38 experiments/validation/v39 | tar -x -C /tmp/rb`
-(draws_readback.txt: v38 and v39). Usage, from the folder the runs were extracted into:
+(draws_readback.txt: v38 and v39). A study that drew its simulations itself (`--draws`,
+since v40) is read from its `*-trace-draws.csv` instead, as it ran. Usage, from the folder the
+runs were extracted into (or the repository, for a study whose runs are still in the tree):
 python experiments/validation/draws_readback.py STUDY [STUDY ...]
 """
 
@@ -48,7 +50,11 @@ def runs_of(study: str) -> pd.DataFrame:
         )
         ref = pd.read_csv(folder / f"{name}-reference.csv")
         speed = SpeedTrace(ref["at_s"].to_numpy(), ref["speed"].to_numpy())
-        _, draws = simulate_draws(RunSpec(**summary["spec"]), work, speed, DRAWS)
+        file = folder / f"{name}-trace-draws.csv"  # a study that drew them itself
+        if file.exists():
+            draws = pd.read_csv(file)
+        else:
+            _, draws = simulate_draws(RunSpec(**summary["spec"]), work, speed, DRAWS)
         if draws["tpot_p50_s"].iloc[0] != summary["tpot_p50_s"]:
             raise SystemExit(f"{folder}: draw 0 does not reproduce the study's simulation")
         rows += [
@@ -103,10 +109,11 @@ def main(studies: list[str]) -> None:
             .groupby(["load", "policy"])
             .mean()
         )
-        print(f"## {study}: sd over {DRAWS} draws of one run, % of its mean (mean over seeds)")
+        draws = runs["draw"].nunique()
+        print(f"## {study}: sd over {draws} draws of one run, % of its mean (mean over seeds)")
         print(sd.round(1).to_string())
         for label, rows in (("draw 0 (the study's)", runs[runs["draw"] == 0]),
-                            (f"mean of {DRAWS} draws", runs)):  # fmt: skip
+                            (f"mean of {draws} draws", runs)):  # fmt: skip
             print(f"{study}, {label}:")
             for load in ("light", "moderate"):
                 print(f"  {load}: {targets(rows, load)}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -153,6 +154,11 @@ class SpeedTrace:
 
     def rows(self) -> dict[str, np.ndarray]:
         return {"at_s": self.at, "speed": self.speed}
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[str, Any]) -> SpeedTrace:
+        """The trace back from `rows()`'s columns (a run's POLICY-reference.csv)."""
+        return cls(np.asarray(rows["at_s"], np.float64), np.asarray(rows["speed"], np.float64))
 
 
 class TraceClock:

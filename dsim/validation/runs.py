@@ -5,6 +5,7 @@ actually served."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -37,15 +38,38 @@ def utc() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def realized(run: RealRun) -> Workload:
-    """The real run's workload with the lengths it actually generated (caps become exact)."""
-    req = run.result.requests
+def realized(requests: pd.DataFrame) -> Workload:
+    """A real run's workload from its per-request records, with the lengths it actually
+    generated (caps become exact)."""
     return Workload(
-        req["arrival_s"].to_numpy(np.float64),
-        req["prompt_tokens"].to_numpy(np.int64),
-        req["output_tokens"].to_numpy(np.int64),
+        requests["arrival_s"].to_numpy(np.float64),
+        requests["prompt_tokens"].to_numpy(np.int64),
+        requests["output_tokens"].to_numpy(np.int64),
         "real run",
     )
+
+
+def run_name(policy: str) -> str:
+    """A policy's runs' file stem in a run folder (`fixed:4` -> `fixed4`)."""
+    return policy.replace(":", "")
+
+
+@dataclass(frozen=True)
+class KeptRun:
+    """What a run's simulations ran on, read back from the folder `one_run` wrote: the trace
+    simulation's spec, the real run's realized workload and its speed trace."""
+
+    spec: RunSpec
+    work: Workload
+    speed: SpeedTrace
+
+    @classmethod
+    def read(cls, folder: Path, policy: str) -> KeptRun:
+        name = run_name(policy)
+        summary = json.loads((folder / f"{name}-trace" / "summary.json").read_text())
+        requests = pd.read_parquet(folder / f"{name}-real" / "requests.parquet")
+        speed = SpeedTrace.from_rows(pd.read_csv(folder / f"{name}-reference.csv"))
+        return cls(RunSpec(**summary["spec"]), realized(requests), speed)
 
 
 def run_metrics(result: RunResult) -> dict[str, float]:
@@ -93,7 +117,7 @@ def one_run(
     profiles, each step scaled by that trace: run info, metrics per kind, attribution parts
     and its drift."""
     s = bench.settings
-    name = spec.policy.replace(":", "")
+    name = run_name(spec.policy)
     bench.reference.take()  # only this run's passes price it
     load_before, start_utc, t0 = os.getloadavg(), utc(), time.perf_counter()
     run = run_real(
@@ -106,12 +130,12 @@ def one_run(
     priced = priced_steps(run, Path(spec.profile), Path(spec.draft_cost), speed)
     write_real_run(run, folder / f"{name}-real", priced)
     measured = {"real": run_metrics(run.result)}
-    work = realized(run)
+    work = realized(run.result.requests)
     for kind, source in (("trace", trace), ("preset", s.preset)):
         calibration = "raw" if kind == "trace" else None  # real mode uses raw confidences
         sim_spec = replace(spec, acceptance=source, calibration=calibration)
-        first, draws = simulate_draws(sim_spec, work, speed, s.draws)
-        write_run(first, sim_spec, folder / f"{name}-{kind}")
+        sims, draws = simulate_draws(sim_spec, work, speed, s.draws)
+        write_run(sims[0], sim_spec, folder / f"{name}-{kind}")
         file = folder / f"{name}-{kind}-draws.csv"
         write_with(file, lambda tmp, d=draws: d.to_csv(tmp, index=False))
         means = draws.drop(columns=["draw", "seed"]).mean()
@@ -143,10 +167,10 @@ def draw_seed(seed: int, draw: int) -> int:
 
 def simulate_draws(
     spec: RunSpec, work: Workload, speed: SpeedTrace, draws: int
-) -> tuple[RunResult, pd.DataFrame]:
+) -> tuple[list[RunResult], pd.DataFrame]:
     """The run's simulation under `draws` acceptance draws (the workload, profiles and speed
     trace fixed; only the seed changes, which decides the trace sequence each request walks and
-    the wrap-arounds): the first draw's result and every draw's metrics, one row each. The
+    the wrap-arounds): every draw's result, and its metrics, one row each. The
     study compares a real run with the draws' mean, the simulator's expectation: a single draw
     carries noise of its own that the real run does not share (on a 2-core EPYC, an sd over
     draws of 4-5% of a fixed:4 run's TPOT p50: the validation README), and with the repeats'
@@ -161,7 +185,7 @@ def simulate_draws(
         {"draw": d, "seed": seed, **run_metrics(sim)}
         for d, (seed, sim) in enumerate(zip(seeds, sims, strict=True))
     ]
-    return sims[0], pd.DataFrame(rows)
+    return sims, pd.DataFrame(rows)
 
 
 def _parts(

@@ -20,103 +20,86 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from dsim.run_spec import RunSpec
-from dsim.validation.reference import SpeedTrace
-from dsim.validation.runs import simulate_draws
-from dsim.workload import Workload
+from dsim.validation.figures import comparison, comparisons
+from dsim.validation.runs import KeptRun, run_name, simulate_draws
 
 DRAWS = 32
 POLICIES = ("mtp1", "fixed:4", "dspark")
+METRICS = ("tpot_p50_s", "ttft_p50_s", "accepted_length_mean")
+KINDS = ("real", "trace")
 
 
 def runs_of(study: str) -> pd.DataFrame:
-    """One row per kept run and draw: the simulated and the real TPOT p50 and accepted length."""
+    """One row per kept run and kind: the real run ("real", draw -1) and each draw of its
+    trace-driven simulation ("trace", draw 0, 1, ...), with the compared metrics."""
     base = Path("experiments/validation") / study
-    kept = json.loads((base / "diagnostics.json").read_text())["runs"]
     rows = []
-    for r in kept:
-        folder, name = base / r["folder"], r["policy"].replace(":", "")
+    for r in json.loads((base / "diagnostics.json").read_text())["runs"]:
+        folder, name = base / r["folder"], run_name(r["policy"])
+        tags = {"load": r["load"], "seed": r["seed"], "policy": r["policy"]}
         summary = json.loads((folder / f"{name}-trace" / "summary.json").read_text())
         real = json.loads((folder / f"{name}-real" / "summary.json").read_text())
-        req = pd.read_parquet(folder / f"{name}-real" / "requests.parquet")
-        work = Workload(
-            req["arrival_s"].to_numpy(np.float64),
-            req["prompt_tokens"].to_numpy(np.int64),
-            req["output_tokens"].to_numpy(np.int64),
-            "real run",
-        )
-        ref = pd.read_csv(folder / f"{name}-reference.csv")
-        speed = SpeedTrace(ref["at_s"].to_numpy(), ref["speed"].to_numpy())
         file = folder / f"{name}-trace-draws.csv"  # a study that drew them itself
         if file.exists():
             draws = pd.read_csv(file)
         else:
-            _, draws = simulate_draws(RunSpec(**summary["spec"]), work, speed, DRAWS)
+            kept = KeptRun.read(folder, r["policy"])
+            _, draws = simulate_draws(kept.spec, kept.work, kept.speed, DRAWS)
         if draws["tpot_p50_s"].iloc[0] != summary["tpot_p50_s"]:
             raise SystemExit(f"{folder}: draw 0 does not reproduce the study's simulation")
-        rows += [
-            {
-                "load": r["load"],
-                "seed": r["seed"],
-                "policy": r["policy"],
-                "draw": d.draw,
-                "tpot": d.tpot_p50_s,
-                "tau": d.accepted_length_mean,
-                "tpot_real": real["tpot_p50_s"],
-                "tau_real": real["accepted_length_mean"],
-            }
-            for d in draws.itertuples()
-        ]
+        rows.append({**tags, "kind": "real", "draw": -1, **{m: real[m] for m in METRICS}})
+        rows += [{**tags, "kind": "trace", "draw": d["draw"], **{m: d[m] for m in METRICS}}
+                 for d in draws.to_dict("records")]  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def targets(runs: pd.DataFrame, load: str) -> str:
-    """TPOT p50 errors, ratio errors and the ranking of one load, as the report figures them
-    (means over the repeats)."""
-    per_run = runs[runs["load"] == load].groupby(["policy", "seed"]).mean(numeric_only=True)
-    m = per_run.groupby("policy").mean()
-    error = m["tpot"] / m["tpot_real"] - 1
-    tau = m["tau"] / m["tau_real"] - 1
-    ratio = {p: m.tpot[p] / m.tpot["mtp1"] / (m.tpot_real[p] / m.tpot_real["mtp1"]) - 1
-             for p in POLICIES[1:]}  # fmt: skip
-    real, sim = list(m["tpot_real"].sort_values().index), list(m["tpot"].sort_values().index)
-    return (
-        "TPOT p50 error " + " ".join(f"{p} {100 * error[p]:+.1f}%" for p in POLICIES)
-        + " | accepted " + " ".join(f"{100 * tau[p]:+.1f}%" for p in POLICIES)
-        + " | ratio " + " ".join(f"{p} {100 * v:+.1f}%" for p, v in ratio.items())
-        + f" | ranking {'met' if real == sim else 'MISSED'} (real {' < '.join(real)}, "
-        f"sim {' < '.join(sim)})"
-    )  # fmt: skip
+def accepted_error(frame: pd.DataFrame, policy: str) -> float:
+    """The simulated accepted length's error of the mean over the repeats, as the report's."""
+    rows = frame[frame["policy"] == policy].sort_values("seed")
+    real, sim = (rows[rows["kind"] == k]["accepted_length_mean"].to_numpy() for k in KINDS)
+    return comparison(real, sim)["error"]
+
+
+def targets(runs: pd.DataFrame, draws: pd.Series) -> dict[str, str]:
+    """Per load, the report's figures (`dsim.validation.figures.comparisons`) with each run's
+    simulation the mean over the `draws` rows selected: TPOT p50 errors, accepted-length
+    errors, ratio errors and the rankings."""
+    chosen = runs[(runs["kind"] == "real") | draws]
+    keys = ["load", "seed", "policy", "kind"]
+    frame = chosen.groupby(keys, sort=False, as_index=False)[list(METRICS)].mean()
+    out = {}
+    for load, c in comparisons(frame).items():
+        here = frame[frame["load"] == load]
+        tpot, ratio = c["tpot_errors"], c["ratio_errors"]
+        real, sim = c["real"]["ranking"], c["sim"]["ranking"]
+        out[load] = (
+            "TPOT p50 error " + " ".join(f"{p} {100 * tpot[p]:+.1f}%" for p in POLICIES)
+            + " | accepted "
+            + " ".join(f"{100 * accepted_error(here, p):+.1f}%" for p in POLICIES)
+            + " | ratio " + " ".join(f"{p} {100 * ratio[p]:+.1f}%" for p in POLICIES[1:])
+            + f" | ranking {'met' if c['targets']['identical_ranking'] else 'MISSED'} "
+            f"(real {' < '.join(real)}, sim {' < '.join(sim)})"
+        )  # fmt: skip
+    return out
 
 
 def main(studies: list[str]) -> None:
     for study in studies:
         runs = runs_of(study)
-        spread = runs.groupby(["load", "policy", "seed"]).agg(
-            tau=("tau", "std"), tau_mean=("tau", "mean"), tpot=("tpot", "std"),
-            tpot_mean=("tpot", "mean"),
-        )  # fmt: skip
-        sd = (
-            pd.DataFrame(
-                {
-                    "tau_sd_pct": 100 * spread["tau"] / spread["tau_mean"],
-                    "tpot_sd_pct": 100 * spread["tpot"] / spread["tpot_mean"],
-                }
-            )
-            .groupby(["load", "policy"])
-            .mean()
-        )
-        draws = runs["draw"].nunique()
+        sims = runs[runs["kind"] == "trace"]
+        per_run = sims.groupby(["load", "policy", "seed"])[["accepted_length_mean", "tpot_p50_s"]]
+        spread = (100 * per_run.std() / per_run.mean()).groupby(["load", "policy"]).mean()
+        spread.columns = ["tau_sd_pct", "tpot_sd_pct"]
+        draws = sims["draw"].nunique()
         print(f"## {study}: sd over {draws} draws of one run, % of its mean (mean over seeds)")
-        print(sd.round(1).to_string())
-        for label, rows in (("draw 0 (the study's)", runs[runs["draw"] == 0]),
-                            (f"mean of {draws} draws", runs)):  # fmt: skip
+        print(spread.round(1).to_string())
+        for label, chosen in (("draw 0 (the study's)", runs["draw"] == 0),
+                              (f"mean of {draws} draws", runs["draw"] >= 0)):  # fmt: skip
             print(f"{study}, {label}:")
-            for load in ("light", "moderate"):
-                print(f"  {load}: {targets(rows, load)}")
+            for load, line in targets(runs, chosen).items():
+                print(f"  {load}: {line}")
         print()
 
 

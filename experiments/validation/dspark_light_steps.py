@@ -3,31 +3,22 @@
 For every light-load dspark run of the given studies (runs still in their folders: extract a
 trimmed study from the git history, e.g. `git archive f026812 experiments/validation/v42 | tar
 -x -C /tmp/rb`), the real run's decode steps (steps.csv) and its trace-driven simulation's under
-DRAWS acceptance draws (`dsim.validation.runs.draw_seed`, on the run's own workload, profiles and
-speed trace), grouped by shape (sequences, tokens): steps and seconds per run. A cell's step
-count says how often each side verified that many drafts; the seconds what the shape cost.
+DRAWS acceptance draws (`dsim.validation.runs.simulate_draws`, on the run's own workload,
+profiles and speed trace), grouped by shape (sequences, tokens): steps and seconds per run. A
+cell's step count says how often each side verified that many drafts; the seconds what the
+shape cost.
 Usage, from the folder holding experiments/validation/STUDY/runs:
 python experiments/validation/dspark_light_steps.py STUDY [STUDY ...]
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from dsim.acceptance.sources import parse_acceptance
-from dsim.engine.backend import Simulated
-from dsim.run import run_engine
-from dsim.run_inputs import resolve_engine
-from dsim.run_spec import RunSpec
-from dsim.validation.reference import SpeedTrace
-from dsim.validation.runs import draw_seed
-from dsim.workload import Workload
+from dsim.validation.runs import KeptRun, simulate_draws
 
 DRAWS = 8
 SHAPE = ["num_running", "batch_tokens"]
@@ -45,23 +36,10 @@ def main(studies: list[str]) -> None:
     real, sim = [], []
     for study in studies:
         for folder in sorted(Path(f"experiments/validation/{study}/runs/light").glob("s?")):
-            summary = json.loads((folder / "dspark-trace" / "summary.json").read_text())
-            spec = RunSpec(**summary["spec"])
-            req = pd.read_parquet(folder / "dspark-real" / "requests.parquet")
-            work = Workload(
-                req["arrival_s"].to_numpy(np.float64),
-                req["prompt_tokens"].to_numpy(np.int64),
-                req["output_tokens"].to_numpy(np.int64),
-                "real run",
-            )
-            ref = pd.read_csv(folder / "dspark-reference.csv")
-            speed = SpeedTrace(ref["at_s"].to_numpy(), ref["speed"].to_numpy())
-            backend = Simulated(parse_acceptance(spec.acceptance, spec.gamma, "raw"))
-            for d in range(DRAWS):
-                seeded = replace(spec, seed=draw_seed(spec.seed, d))
-                log = run_engine(resolve_engine(seeded), work, backend, clock=speed.clock).steps
-                cols = (*SHAPE, "prefill_tokens", "latency_s")
-                sim.append(pd.DataFrame({c: getattr(log, c) for c in cols}))
+            kept = KeptRun.read(folder, "dspark")
+            runs, _ = simulate_draws(kept.spec, kept.work, kept.speed, DRAWS)
+            cols = (*SHAPE, "prefill_tokens", "latency_s")
+            sim += [pd.DataFrame({c: getattr(run.steps, c) for c in cols}) for run in runs]
             real.append(pd.read_csv(folder / "dspark-real" / "steps.csv"))
     r, s = per_run(real, "real_s"), per_run(sim, "latency_s")
     table = pd.concat({"real": r, "simulated": s}, axis=1).fillna(0)

@@ -53,7 +53,7 @@ from dsim.validation.plan import (
 )
 from dsim.validation.reference import Reference, Samples, SpeedTrace, run_factor
 from dsim.validation.report import _drift as report_drift
-from dsim.validation.runs import draw_seed, simulate_draws
+from dsim.validation.runs import KeptRun, draw_seed, run_name, simulate_draws
 from dsim.validation.settings import Settings
 from dsim.validation.step_check import EngineCalibration, PassClocks
 from dsim.validation.study import sized_runs, validate
@@ -747,7 +747,7 @@ def assert_each_simulation_the_mean_of_its_draws(out, saved, draws):
         sims: dict[str, list[float]] = {}
         for r in diagnostics["runs"]:
             folder = out / r["folder"]
-            name = r["policy"].replace(":", "")
+            name = run_name(r["policy"])
             table = pd.read_csv(folder / f"{name}-{kind}-draws.csv")
             assert list(table["draw"]) == list(range(draws))
             assert table["seed"].iloc[0] == r["seed"] and table["seed"].nunique() == draws
@@ -762,16 +762,11 @@ def assert_each_simulation_the_mean_of_its_draws(out, saved, draws):
             assert sorted(saved_runs) == pytest.approx(sorted(values), rel=1e-12)
     # a draw does not depend on the draws before it: the last, simulated alone, is the same
     r = diagnostics["runs"][-1]
-    folder, name = out / r["folder"], r["policy"].replace(":", "")
-    spec = RunSpec(**json.loads((folder / f"{name}-trace" / "summary.json").read_text())["spec"])
-    req = pd.read_parquet(folder / f"{name}-real" / "requests.parquet")
-    work = Workload(req["arrival_s"].to_numpy(np.float64), req["prompt_tokens"].to_numpy(np.int64),
-                    req["output_tokens"].to_numpy(np.int64), "real run")  # fmt: skip
-    ref = pd.read_csv(folder / f"{name}-reference.csv")
-    speed = SpeedTrace(ref["at_s"].to_numpy(), ref["speed"].to_numpy())
-    alone = replace(spec, seed=draw_seed(spec.seed, draws - 1))
-    _, last = simulate_draws(alone, work, speed, 1)
-    table = pd.read_csv(folder / f"{name}-trace-draws.csv")
+    folder = out / r["folder"]
+    kept = KeptRun.read(folder, r["policy"])
+    alone = replace(kept.spec, seed=draw_seed(kept.spec.seed, draws - 1))
+    _, last = simulate_draws(alone, kept.work, kept.speed, 1)
+    table = pd.read_csv(folder / f"{run_name(r['policy'])}-trace-draws.csv")
     assert last["tpot_p50_s"].iloc[0] == table["tpot_p50_s"].iloc[-1]
 
 

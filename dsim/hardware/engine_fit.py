@@ -51,6 +51,8 @@ SETUPS = {  # setup of a row: (zoo model, gpu, tp, weight dtype)
     "datacrunch": ("llama3.3-70b", "h200", 4, "bf16"),
     "docs": ("llama3-8b", "h100", 1, "bf16"),
     "b200": ("llama3.1-70b", "b200", 4, "bf16"),
+    "qwen3moe-tp4": ("qwen3-30b-a3b", "h100", 4, "bf16"),  # addendum 8: evaluation only
+    "qwen3moe-tp2": ("qwen3-30b-a3b", "h100", 2, "bf16"),
 }
 # Published row -> (engine version, source fold, setup): the rules' plain table.
 P_ROWS: dict[int, tuple[str, str, str]] = {

@@ -61,6 +61,44 @@ class SpecRow:
 NAN = float("nan")
 
 
+def tree(
+    name: str,
+    source: str,
+    version: str,
+    setup: str,
+    draft: str,
+    seqs: int,
+    context: float,
+    steps: int,
+    top_k: int,
+    draft_tokens: int,
+    accept_len: float,
+    speedup: float = NAN,
+    round_s: float = NAN,
+    noise: float = 0.05,
+) -> SpecRow:
+    """SGLang's EAGLE round (`speculative_num_steps`, `_eagle_topk`, `_num_draft_tokens`):
+    verify `draft_tokens` per request, `steps` passes, the first over steps + 1 (the
+    draft-extend over the accepted tokens), the others over top-k per request."""
+    return SpecRow(
+        name,
+        source,
+        version,
+        setup,
+        draft,
+        seqs,
+        context,
+        draft_tokens,
+        steps,
+        steps + 1,
+        top_k,
+        accept_len,
+        speedup,
+        round_s,
+        noise,
+    )
+
+
 def chain(
     name: str,
     source: str,
@@ -76,23 +114,10 @@ def chain(
     noise: float = 0.05,
 ) -> SpecRow:
     """A chain of K drafts: verify 1 + K tokens per request, K passes, the first over all."""
-    return SpecRow(
-        name,
-        source,
-        version,
-        setup,
-        draft,
-        seqs,
-        context,
-        1 + k,
-        k,
-        1 + k,
-        1,
-        accept_len,
-        speedup,
-        round_s,
-        noise,
-    )
+    return tree(
+        name, source, version, setup, draft, seqs, context, k, 1, 1 + k, accept_len, speedup,
+        round_s, noise,
+    )  # fmt: skip
 
 
 def spec_rows() -> list[SpecRow]:
@@ -201,12 +226,11 @@ def _sync(row: SpecRow) -> float:
     return float(price.reduce.time(np.array([8.0 * row.seqs]), price.par.tp)[0])
 
 
-@cache
-def round_table() -> pd.DataFrame:
+def rounds_of(rows: list[SpecRow]) -> pd.DataFrame:
     """Per row: the modelled plain step, verify step, drafter passes' GPU work, sync and the
     measured round."""
     out = []
-    for row in spec_rows():
+    for row in rows:
         plain = _step(row, row.seqs)
         measured = row.round_s if np.isnan(row.speedup) else row.accept_len / row.speedup * plain
         out.append(
@@ -221,6 +245,12 @@ def round_table() -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+@cache
+def round_table() -> pd.DataFrame:
+    """The rules' speculative rows as `rounds_of` tables them."""
+    return rounds_of(spec_rows())
 
 
 def predict_round(rows: pd.DataFrame, terms: SpecRound) -> np.ndarray:

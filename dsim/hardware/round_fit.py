@@ -19,7 +19,8 @@ each grid point, on relative error weighted by each row's noise. Deterministic.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -30,11 +31,18 @@ from dsim.hardware.gpu_model import SpecRound
 
 HOST_GRID = np.arange(0.0, 5e-3 + 1e-9, 5e-6)  # host per proposer step searched, 0..5 ms
 SOURCES = {
-    "sglang": "fitted on SGLang's EAGLE-3 tree (P18), MTP (P19-P20) and 8B EAGLE chain "
-    "(E3-E5) rows (docs/engine-v2-rules.md)",
+    "sglang": "fitted on SGLang's EAGLE rounds: the 70B EAGLE-3 tree (P18), the 8B EAGLE "
+    "chains (E3-E5) and 14 Qwen3-30B-A3B EAGLE-3 rounds at steps 3-8, top-k 1-10, batch 1-8 "
+    "(E153-E158, E167-E174); DeepSeek MTP on 16 GPUs (P19-P20) reported, not fitted "
+    "(docs/engine-v2-rules.md, addenda 8-9)",
     "vllm-0.8": "host per proposer step fitted on vLLM's EAGLE row at AL 1 (E126, K = 3 "
-    "assumed); per_round SGLang's (one row cannot separate the two)",
+    "assumed) at per_round 0, which one row cannot separate from it (addendum 9, item 2)",
 }
+VLLM_PER_ROUND_S = 0.0  # vLLM 0.8's per_round: not identified by its rows (addendum 9, item 2)
+EAGLE_ROWS = range(148, 175)  # addendum 8's rows: plain and EAGLE-3, Qwen3-30B-A3B
+EAGLE_FITTED_MAX_BATCH = 8  # larger batches drain the small prompt sets (addendum 8, item 2)
+EAGLE_SETTINGS = re.compile(r"\[eagle:steps=(\d+),topk=(\d+),draft_tokens=(\d+)\]")
+EAGLE_SETUPS = {"4": ("qwen3moe-tp4", "AngelSlim #163"), "2": ("qwen3moe-tp2", "SpecForge #339")}
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class SpecRow:
     speedup: float  # speculative tok/s over the same source's plain tok/s (nan: absolute)
     round_s: float  # the measured round where no plain run exists (nan: ratio reading)
     noise: float
+    fitted: bool = True  # False: reported, not fitted (P19-P20: addendum 9, item 1)
 
 
 NAN = float("nan")
@@ -76,6 +85,7 @@ def tree(
     speedup: float = NAN,
     round_s: float = NAN,
     noise: float = 0.05,
+    fitted: bool = True,
 ) -> SpecRow:
     """SGLang's EAGLE round (`speculative_num_steps`, `_eagle_topk`, `_num_draft_tokens`):
     verify `draft_tokens` per request, `steps` passes, the first over steps + 1 (the
@@ -96,6 +106,7 @@ def tree(
         speedup,
         round_s,
         noise,
+        fitted,
     )
 
 
@@ -112,16 +123,18 @@ def chain(
     speedup: float = NAN,
     round_s: float = NAN,
     noise: float = 0.05,
+    fitted: bool = True,
 ) -> SpecRow:
     """A chain of K drafts: verify 1 + K tokens per request, K passes, the first over all."""
     return tree(
         name, source, version, setup, draft, seqs, context, k, 1, 1 + k, accept_len, speedup,
-        round_s, noise,
+        round_s, noise, fitted,
     )  # fmt: skip
 
 
 def spec_rows() -> list[SpecRow]:
-    """P18-P20, E3-E5 and E126 as the rules and their addendum read them."""
+    """P18-P20, E3-E5, E126 and addendum 8's rows at batch <= 8, as the rules and their addenda
+    read them."""
     raw, ev = engine_fit.raw_rows(), engine_fit.eval_rows()
     mtb = float(engine_fit.MTBENCH_CONTEXT)
     tree = raw.iloc[18]  # 8 steps, top-8, 64 draft tokens verified per request
@@ -160,6 +173,7 @@ def spec_rows() -> list[SpecRow]:
                 int(row["num_spec_tokens"]),
                 float(row["mean_accept_len"]),
                 float(row["output_tok_s"]) / 51.0,
+                fitted=False,  # exclusion 2: 16 GPUs, DP attention, EP 16 (addendum 9)
             )
         )
     plain = float(ev[0]["output_tok_s"])
@@ -197,6 +211,41 @@ def spec_rows() -> list[SpecRow]:
             noise=0.10,
         )
     )  # K = 3: addendum 3
+    return out + eagle_rows(EAGLE_FITTED_MAX_BATCH)
+
+
+def eagle_rows(max_batch: int | None = None) -> list[SpecRow]:
+    """Addendum 8's EAGLE-3 rows on Qwen3-30B-A3B (SGLang, December 2025), each against its
+    own source's plain row at the same batch size; `max_batch` None: every batch."""
+    ev = {i: engine_fit.eval_rows()[i] for i in EAGLE_ROWS}
+    plain = {(r["tp"], r["max_concurrency"]): r for r in ev.values() if r["kind"] == "A"}
+    out = []
+    for i, r in ev.items():
+        batch = int(r["max_concurrency"])
+        if r["kind"] != "B" or (max_batch is not None and batch > max_batch):
+            continue
+        steps, top_k, tokens = (int(v) for v in EAGLE_SETTINGS.search(r["notes"]).groups())
+        setup, source = EAGLE_SETUPS[r["tp"]]
+        speedup = float(r["output_tok_s"]) / float(
+            plain[(r["tp"], r["max_concurrency"])]["output_tok_s"]
+        )
+        out.append(
+            tree(
+                f"E{i}",
+                source,
+                "sglang",
+                setup,
+                "eagle3",
+                batch,
+                float(engine_fit.MTBENCH_CONTEXT),
+                steps,
+                top_k,
+                tokens,
+                float(r["mean_accept_len"]),
+                speedup,
+                noise=0.10,
+            )  # fmt: skip
+        )
     return out
 
 
@@ -282,11 +331,17 @@ def fit_terms(rows: pd.DataFrame, per_round: float | None = None) -> SpecRound:
 
 
 def _fit_all(table: pd.DataFrame) -> dict[str, SpecRound]:
-    """SGLang's terms on its rows; vLLM's host per proposer step on its rows at SGLang's
-    per_round (SGLang's terms where a fold leaves vLLM none)."""
-    sglang = fit_terms(table[table["version"] == "sglang"])
-    own = table[table["version"] == "vllm-0.8"]
-    vllm = fit_terms(own, per_round=sglang.per_round_s) if len(own) else sglang
+    """SGLang's terms on its fitted rows; vLLM's host per proposer step on its rows at its own
+    per_round (`VLLM_PER_ROUND_S`; where a fold leaves vLLM no row, the host per proposer
+    step SGLang's)."""
+    fitted = table[table["fitted"]]
+    sglang = fit_terms(fitted[fitted["version"] == "sglang"])
+    own = fitted[fitted["version"] == "vllm-0.8"]
+    vllm = (
+        fit_terms(own, per_round=VLLM_PER_ROUND_S)
+        if len(own)
+        else replace(sglang, per_round_s=VLLM_PER_ROUND_S)
+    )
     return {"sglang": sglang, "vllm-0.8": vllm}
 
 
@@ -313,7 +368,8 @@ def spec_rounds() -> dict[str, SpecRound]:
 @cache
 def leave_one_out() -> dict:
     """Each source's rows predicted by the terms refitted without it (speed-up error, or for
-    E126 the round's)."""
+    E126 the round's); rows not fitted (P19-P20) are predicted by every fit alike, and the
+    summary is over the fitted rows."""
     table = round_table()
     rows = []
     in_sample = predict_speedup(table, spec_rounds())
@@ -333,10 +389,11 @@ def leave_one_out() -> dict:
                     "predicted": round(float(pred[pos]), 4),
                     "error": round(float(pred[pos] / meas - 1.0), 4),
                     "in_sample_error": round(float(full / meas - 1.0), 4),
+                    "fitted": bool(row["fitted"]),
                     "fold_terms_s": {k: asdict(v) for k, v in terms.items()},
                 }
             )
-    errors = np.array([r["error"] for r in rows])
+    errors = np.array([r["error"] for r in rows if r["fitted"]])
     return {"rows": rows, "summary": gpu_fit.error_summary(errors)}
 
 

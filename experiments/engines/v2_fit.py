@@ -199,7 +199,9 @@ def spec_section(v1: dict[str, float], part1: dict) -> tuple[list[str], dict]:
         "Measured round = (AL / S) x the modelled plain step (ratio rows) or TPOT x AL "
         "(E126). Round = verify step + drafter passes (each max(GPU work, host per "
         "proposer step)) + sync + per_round. Error: on the speed-up for ratio rows, on "
-        "the round for E126.",
+        "the round for E126. P19-P20 are reported, not fitted (addendum 9); E153-E174 are "
+        "addendum 8's Qwen3-30B-A3B rows (batch <= 8), fitted since addendum 9 "
+        "(`moe_eagle_rows.md`: every one under the terms, with the two drained batches).",
         "",
     ]
     lines += [
@@ -212,7 +214,9 @@ def spec_section(v1: dict[str, float], part1: dict) -> tuple[list[str], dict]:
     for _, r in table.iterrows():
         pred = float(round_fit.predict_round(table.loc[[_]], terms[r["version"]])[0])
         name = r["name"]
-        errors.append(abs(loo[name]["error"]))
+        if r["fitted"]:
+            errors.append(abs(loo[name]["error"]))
+        held = pct(loo[name]["error"]) if r["fitted"] else "not fitted (exclusion 2)"
         before = part1.get(name, (None, None))[0]
         if before is not None and abs(loo[name]["in_sample_error"]) > abs(before) + r["noise"]:
             worse1.append(name)
@@ -221,7 +225,7 @@ def spec_section(v1: dict[str, float], part1: dict) -> tuple[list[str], dict]:
             f"{r['accept_len']:.2f} | {r['plain_s'] * 1e3:.2f} | {r['verify_s'] * 1e3:.2f} | "
             f"{r['first_pass_gpu_s'] * 1e3:.3f} / {r['rest_pass_gpu_s'] * 1e3:.3f} | "
             f"{r['measured_round_s'] * 1e3:.2f} | {pred * 1e3:.2f} | "
-            f"{pct(loo[name]['in_sample_error'])} | {pct(loo[name]['error'])} | "
+            f"{pct(loo[name]['in_sample_error'])} | {held} | "
             f"{part1_cell(part1.get(name))} | {pct(v1.get(name))} | {r['noise']:.0%} |"
         )
     e126 = table[table["name"] == "E126"].iloc[0]
@@ -229,7 +233,7 @@ def spec_section(v1: dict[str, float], part1: dict) -> tuple[list[str], dict]:
     for k in (1, 3, 5):
         rows = table[table["name"] == "E126"].copy()
         rows["passes"] = k
-        host = round_fit.fit_terms(rows, per_round=terms["sglang"].per_round_s).host_pass_s
+        host = round_fit.fit_terms(rows, per_round=round_fit.VLLM_PER_ROUND_S).host_pass_s
         sens.append(f"K={k}: {host * 1e3:.3f} ms")
     lines += [
         "",

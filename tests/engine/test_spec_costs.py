@@ -211,6 +211,49 @@ def test_the_round_fit_reads_the_rules():
     assert sorted(r["row"] for r in loo) == sorted(table.index)
 
 
+def test_a_chain_is_a_tree_of_top_k_1():
+    """SGLang's (steps, top-k, draft tokens) at top-k 1 and draft tokens 1 + K is the chain."""
+    args = ("x", "s", "sglang", "docs", "eagle3", 2, 500.0)
+    for k in (1, 3, 7):
+        assert round_fit.tree(*args, k, 1, k + 1, 2.0, 1.5) == round_fit.chain(*args, k, 2.0, 1.5)
+    tree = round_fit.tree(*args, 7, 10, 64, 3.0, 0.9)
+    assert (tree.verify_per_seq, tree.passes, tree.first_per_seq, tree.rest_per_seq) == (
+        64, 7, 8, 10,
+    )  # fmt: skip
+
+
+def test_the_qwen3_eagle_rows_read_as_addendum_8_states():
+    """Each EAGLE-3 row against its own source's plain row at its batch; batches above 8
+    only outside the fit."""
+    every = {r.name: r for r in round_fit.eagle_rows()}
+    fitted = {r.name for r in round_fit.spec_rows() if r.name in every}
+    assert len(every) == 16 and fitted == set(every) - {"E159", "E160"}
+    e169, e174 = every["E169"], every["E174"]  # (3, 3, 4) at batch 1; (3, 3, 8) at batch 4
+    assert (e169.verify_per_seq, e169.passes, e169.first_per_seq, e169.rest_per_seq) == (4, 3, 4, 3)
+    assert e169.speedup == pytest.approx(207.62 / 222.47)
+    assert (e174.seqs, e174.setup) == (4, "qwen3moe-tp2")
+    assert e174.speedup == pytest.approx(426.46 / 566.21)
+    assert every["E157"].speedup == pytest.approx(476.37 / 507.49)
+
+
+def test_rows_not_fitted_do_not_move_the_terms_and_vllm_keeps_its_own_per_round():
+    """P19-P20 (exclusion 2) change no term whatever they measured; vLLM 0.8's per_round is its
+    own whatever SGLang's rows say (docs/engine-v2-rules.md, addendum 9)."""
+    table = round_fit.round_table()
+    shipped = round_fit.spec_rounds()
+    moved = table.copy()
+    mtp = moved["name"].isin(["P19", "P20"])
+    assert not moved.loc[mtp, "fitted"].any()
+    moved.loc[mtp, "measured_round_s"] *= 3.0
+    assert round_fit._fit_all(moved) == shipped
+    sglang = (moved["version"] == "sglang") & moved["fitted"]
+    moved.loc[sglang, "measured_round_s"] *= 1.5
+    refit = round_fit._fit_all(moved)
+    assert refit["sglang"] != shipped["sglang"]
+    assert refit["vllm-0.8"] == shipped["vllm-0.8"]
+    assert refit["vllm-0.8"].per_round_s == round_fit.VLLM_PER_ROUND_S
+
+
 def test_the_round_fit_recovers_terms_that_made_the_rounds():
     """Rounds made by known terms give them back (exact data, the grid's step)."""
     table = round_fit.round_table()

@@ -137,8 +137,8 @@ def spec_rows() -> list[SpecRow]:
     read them."""
     raw, ev = engine_fit.raw_rows(), engine_fit.eval_rows()
     mtb = float(engine_fit.MTBENCH_CONTEXT)
-    tree = raw.iloc[18]  # 8 steps, top-8, 64 draft tokens verified per request
-    speedup = float(tree["output_tok_s"]) / float(raw.iloc[17]["output_tok_s"])
+    p18 = raw.iloc[18]  # 8 steps, top-8, 64 draft tokens verified per request
+    speedup = float(p18["output_tok_s"]) / float(raw.iloc[17]["output_tok_s"])
     out = [
         SpecRow(
             "P18",
@@ -152,7 +152,7 @@ def spec_rows() -> list[SpecRow]:
             8,
             8,
             8,
-            float(tree["mean_accept_len"]),
+            float(p18["mean_accept_len"]),
             speedup,
             NAN,
             0.05,
@@ -244,7 +244,7 @@ def eagle_rows(max_batch: int | None = None) -> list[SpecRow]:
                 float(r["mean_accept_len"]),
                 speedup,
                 noise=0.10,
-            )  # fmt: skip
+            )
         )
     return out
 

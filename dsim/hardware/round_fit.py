@@ -110,26 +110,10 @@ def tree(
     )
 
 
-def chain(
-    name: str,
-    source: str,
-    version: str,
-    setup: str,
-    draft: str,
-    seqs: int,
-    context: float,
-    k: int,
-    accept_len: float,
-    speedup: float = NAN,
-    round_s: float = NAN,
-    noise: float = 0.05,
-    fitted: bool = True,
-) -> SpecRow:
-    """A chain of K drafts: verify 1 + K tokens per request, K passes, the first over all."""
-    return tree(
-        name, source, version, setup, draft, seqs, context, k, 1, 1 + k, accept_len, speedup,
-        round_s, noise, fitted,
-    )  # fmt: skip
+def chain_of(k: int) -> tuple[int, int, int]:
+    """A chain of K drafts as `tree`'s (steps, top-k, draft tokens): verify 1 + K tokens per
+    request, K passes, the first over all of them."""
+    return k, 1, 1 + k
 
 
 def spec_rows() -> list[SpecRow]:
@@ -162,7 +146,7 @@ def spec_rows() -> list[SpecRow]:
         row = raw.iloc[i]
         context = float(row["input_len"]) + float(row["output_len"]) / 2
         out.append(
-            chain(
+            tree(
                 f"P{i}",
                 "LMSYS blog",
                 "sglang",
@@ -170,7 +154,7 @@ def spec_rows() -> list[SpecRow]:
                 "mtp",
                 2,
                 context,
-                int(row["num_spec_tokens"]),
+                *chain_of(int(row["num_spec_tokens"])),
                 float(row["mean_accept_len"]),
                 float(row["output_tok_s"]) / 51.0,
                 fitted=False,  # exclusion 2: 16 GPUs, DP attention, EP 16 (addendum 9)
@@ -180,7 +164,7 @@ def spec_rows() -> list[SpecRow]:
     for i, draft in ((3, "eagle3"), (4, "eagle3"), (5, "eagle")):
         row = ev[i]
         out.append(
-            chain(
+            tree(
                 f"E{i}",
                 "SGLang PR #4247",
                 "sglang",
@@ -188,7 +172,7 @@ def spec_rows() -> list[SpecRow]:
                 draft,
                 1,
                 mtb,
-                int(row["num_spec_tokens"]),
+                *chain_of(int(row["num_spec_tokens"])),
                 float(row["mean_accept_len"]),
                 float(row["output_tok_s"]) / plain,
                 noise=0.10,
@@ -197,7 +181,7 @@ def spec_rows() -> list[SpecRow]:
     context = (9568 + 21269 / 2) / 100  # E126's total input and output tokens over 100
     round_s = float(ev[126]["mean_tpot_ms"]) / 1e3  # AL 1: a round per token
     out.append(
-        chain(
+        tree(
             "E126",
             "vLLM PR #21477",
             "vllm-0.8",
@@ -205,7 +189,7 @@ def spec_rows() -> list[SpecRow]:
             "eagle",
             2,
             context,
-            3,
+            *chain_of(3),
             1.0,
             round_s=round_s,
             noise=0.10,

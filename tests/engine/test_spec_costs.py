@@ -212,14 +212,15 @@ def test_the_round_fit_reads_the_rules():
 
 
 def test_a_chain_is_a_tree_of_top_k_1():
-    """SGLang's (steps, top-k, draft tokens) at top-k 1 and draft tokens 1 + K is the chain."""
+    """SGLang's (steps, top-k, draft tokens) read as passes and tokens; a chain of K is its
+    top-k 1 case: verify 1 + K per request, K passes, the first over 1 + K, the rest over 1."""
     args = ("x", "s", "sglang", "docs", "eagle3", 2, 500.0)
+    shape = ["verify_per_seq", "passes", "first_per_seq", "rest_per_seq"]
     for k in (1, 3, 7):
-        assert round_fit.tree(*args, k, 1, k + 1, 2.0, 1.5) == round_fit.chain(*args, k, 2.0, 1.5)
-    tree = round_fit.tree(*args, 7, 10, 64, 3.0, 0.9)
-    assert (tree.verify_per_seq, tree.passes, tree.first_per_seq, tree.rest_per_seq) == (
-        64, 7, 8, 10,
-    )  # fmt: skip
+        row = round_fit.tree(*args, *round_fit.chain_of(k), 2.0, 1.5)
+        assert [getattr(row, f) for f in shape] == [1 + k, k, 1 + k, 1]
+    row = round_fit.tree(*args, 7, 10, 64, 3.0, 0.9)
+    assert [getattr(row, f) for f in shape] == [64, 7, 8, 10]
 
 
 def test_the_qwen3_eagle_rows_read_as_addendum_8_states():

@@ -314,19 +314,20 @@ def fit_terms(rows: pd.DataFrame, per_round: float | None = None) -> SpecRound:
     return best_terms
 
 
+def vllm_terms(fitted: pd.DataFrame, sglang: SpecRound) -> SpecRound:
+    """vLLM 0.8's terms: its host per proposer step fitted on its rows at its own per_round
+    (`VLLM_PER_ROUND_S`); where a fold leaves it no row, SGLang's host per proposer step."""
+    own = fitted[fitted["version"] == "vllm-0.8"]
+    if len(own):
+        return fit_terms(own, per_round=VLLM_PER_ROUND_S)
+    return replace(sglang, per_round_s=VLLM_PER_ROUND_S)
+
+
 def _fit_all(table: pd.DataFrame) -> dict[str, SpecRound]:
-    """SGLang's terms on its fitted rows; vLLM's host per proposer step on its rows at its own
-    per_round (`VLLM_PER_ROUND_S`; where a fold leaves vLLM no row, the host per proposer
-    step SGLang's)."""
+    """SGLang's terms on its fitted rows; vLLM's by `vllm_terms`."""
     fitted = table[table["fitted"]]
     sglang = fit_terms(fitted[fitted["version"] == "sglang"])
-    own = fitted[fitted["version"] == "vllm-0.8"]
-    vllm = (
-        fit_terms(own, per_round=VLLM_PER_ROUND_S)
-        if len(own)
-        else replace(sglang, per_round_s=VLLM_PER_ROUND_S)
-    )
-    return {"sglang": sglang, "vllm-0.8": vllm}
+    return {"sglang": sglang, "vllm-0.8": vllm_terms(fitted, sglang)}
 
 
 def predict_speedup(rows: pd.DataFrame, terms: dict[str, SpecRound]) -> np.ndarray:

@@ -47,8 +47,11 @@ def split_rows(n: int) -> tuple[np.ndarray, np.ndarray]:
     return rows[rows % 2 == 0], rows[rows % 2 == 1]
 
 
-def trace_half(trace: Path, prompts: Path, n_prompts: int) -> tuple[pd.DataFrame, dict]:
-    """The trace's rows recorded on the trace half of `prompts`; InputError (one line) if the
+def trace_half(
+    trace: Path, prompts: Path, n_prompts: int, served: bool = False
+) -> tuple[pd.DataFrame, dict]:
+    """The trace's rows recorded on the trace half of `prompts` (`served`: on the served half,
+    for read-backs that replay the prompts real mode served); InputError (one line) if the
     trace was recorded on another prompt file, or has no rows there."""
     df, meta = read_acceptance_trace(trace)
     dataset = meta.get("dataset")
@@ -61,18 +64,21 @@ def trace_half(trace: Path, prompts: Path, n_prompts: int) -> tuple[pd.DataFrame
         )
     if int(df["seq_id"].max()) >= n_prompts:
         raise InputError(trace, None, f"seq_id beyond the {n_prompts} rows of {prompts}")
-    keep, _ = split_rows(n_prompts)
+    keep = split_rows(n_prompts)[1 if served else 0]
     half = df[df["seq_id"].isin(keep)].reset_index(drop=True)
     if half.empty:
-        raise InputError(
-            trace, None, "no rows on the trace half (even rows) of the prompts: nothing to replay"
-        )
+        name = "served half (odd rows)" if served else "trace half (even rows)"
+        raise InputError(trace, None, f"no rows on the {name} of the prompts: nothing to replay")
     return half, meta
 
 
-def write_trace_half(half: pd.DataFrame, meta: dict, source: Path, out: Path) -> None:
-    """The trace half as an acceptance trace of its own (the simulations replay this file)."""
-    note = f"rows of {source} on the even rows of {meta['dataset']} (dsim validate's split)"
+def write_trace_half(
+    half: pd.DataFrame, meta: dict, source: Path, out: Path, served: bool = False
+) -> None:
+    """The trace half (`served`: the served half) as an acceptance trace of its own (the
+    simulations replay this file)."""
+    rows = "odd" if served else "even"
+    note = f"rows of {source} on the {rows} rows of {meta['dataset']} (dsim validate's split)"
     keep = {k: meta[k] for k in ("target", "drafter", "dataset", "temperature")}
     write_acceptance_trace(half, out, {**keep, "command": note})
 

@@ -20,7 +20,6 @@ addendum 9); the summary is over those rows.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,14 +40,7 @@ def graph_fit(table) -> dict[str, SpecRound]:
         sglang = round_fit.fit_terms(fitted[fitted["version"] == "sglang"])
     finally:
         round_fit.HOST_GRID = grid
-    own = fitted[fitted["version"] == "vllm-0.8"]
-    per_round = round_fit.VLLM_PER_ROUND_S
-    vllm = (
-        round_fit.fit_terms(own, per_round=per_round)
-        if len(own)
-        else replace(sglang, per_round_s=per_round)
-    )
-    return {"sglang": sglang, "vllm-0.8": vllm}
+    return {"sglang": sglang, "vllm-0.8": round_fit.vllm_terms(fitted, sglang)}
 
 
 def errors(terms_of) -> tuple[dict, dict]:

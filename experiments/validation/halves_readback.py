@@ -16,6 +16,7 @@ python experiments/validation/halves_readback.py TRACE STUDY [STUDY ...]
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from dataclasses import replace
@@ -23,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dsim.acceptance.trace import read_acceptance_trace, write_acceptance_trace
-from dsim.validation.plan import split_rows
+from dsim.acceptance.trace import read_acceptance_trace
+from dsim.validation.plan import trace_half, write_trace_half
 from dsim.validation.runs import KeptRun, run_name, simulate_draws
 
 DRAWS = 32
@@ -32,13 +33,12 @@ POLICIES = ("mtp1", "fixed:4", "dspark")
 
 
 def served_half(trace: Path, out: Path) -> None:
-    """The trace's rows on the odd rows of its prompt file, as a trace of their own."""
-    df, meta = read_acceptance_trace(trace)
-    n_prompts = len(Path(meta["dataset"]).read_text().splitlines())
-    _, odd = split_rows(n_prompts)
-    keep = {k: meta[k] for k in ("target", "drafter", "dataset", "temperature")}
-    rows = df[df["seq_id"].isin(odd)].reset_index(drop=True)
-    write_acceptance_trace(rows, out, {**keep, "command": f"odd rows of {trace}"})
+    """The trace's rows on the served half (odd rows) of its prompt file, as a trace of its
+    own."""
+    prompts = Path(read_acceptance_trace(trace)[1]["dataset"])
+    n_prompts = len(prompts.read_text().splitlines())
+    rows, meta = trace_half(trace, prompts, n_prompts, served=True)
+    write_trace_half(rows, meta, trace, out, served=True)
 
 
 def main(trace: Path, studies: list[str]) -> None:
@@ -50,10 +50,9 @@ def main(trace: Path, studies: list[str]) -> None:
             for folder in sorted(Path(f"experiments/validation/{study}/runs/light").glob("s?")):
                 for policy in POLICIES:
                     kept = KeptRun.read(folder, policy)
-                    real = pd.read_parquet(folder / f"{run_name(policy)}-real" / "requests.parquet")
-                    tpot = (real["finish_s"] - real["first_token_s"]) / (real["output_tokens"] - 1)
+                    real = folder / f"{run_name(policy)}-real" / "summary.json"
                     row = {"study": study, "seed": folder.name, "policy": policy}
-                    row["real"] = float(tpot.median())
+                    row["real"] = float(json.loads(real.read_text())["tpot_p50_s"])
                     for half, spec in (
                         ("trace half", kept.spec),
                         ("served half", replace(kept.spec, acceptance=str(served))),

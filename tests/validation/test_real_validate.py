@@ -110,6 +110,13 @@ def test_trace_half_keeps_only_even_rows_and_refuses_the_wrong_trace(inputs, tmp
     write_acceptance_trace(full[full["seq_id"] % 2 == 1], odd, meta)
     with pytest.raises(InputError, match="no rows on the trace half"):
         trace_half(odd, prompts, 6)
+    served, _ = trace_half(trace, prompts, 6, served=True)  # the read-backs' other half
+    assert set(served["seq_id"]) == {1, 3, 5}
+    assert len(served) + len(half) == len(full)
+    even = tmp_path / "even.parquet"
+    write_acceptance_trace(full[full["seq_id"] % 2 == 0], even, meta)
+    with pytest.raises(InputError, match="no rows on the served half"):
+        trace_half(even, prompts, 6, served=True)
     other = tmp_path / "other.jsonl"
     other.write_text(prompts.read_text())
     with pytest.raises(InputError, match="cannot be split"):

@@ -120,6 +120,34 @@ class Focus:
         return [i for i, r in enumerate(verify) if r <= self.max_seqs] if self.rounds else []
 
 
+@dataclass(frozen=True)
+class Before:
+    """An untimed pass run right before every timed verify pass, given its sequence count:
+    what a run's round runs before its verify (a drafting engine's draft). A pass's time
+    depends on the pass before it: on a 2-core EPYC VM a drafter pass before the target's
+    moved the one-sequence cells' ratios to each other by 1.5-3%, the size of the validation's
+    per-cell price errors (its README: the in-situ probes), so a profile that prices a drafting
+    engine's verifies times them where the engine runs them. `note` says what it runs."""
+
+    run: Callable[[int], None]
+    note: str
+
+    def preceding(
+        self, step: tuple[Callable[[], None], Callable[[], None]], seqs: int, spent: list[float]
+    ) -> tuple[Callable[[], None], Callable[[], None]]:
+        """`step` with this pass (for `seqs` sequences) after its setup, its wall seconds
+        appended to `spent`."""
+        setup, run = step
+
+        def setup_then_before() -> None:
+            setup()
+            start = time.perf_counter()
+            self.run(seqs)
+            spent.append(time.perf_counter() - start)
+
+        return setup_then_before, run
+
+
 def round_robin(
     steps: list[tuple[Callable[[], None], Callable[[], None]]],
     repeats: int,
@@ -174,10 +202,12 @@ def measure_cpu_profile(
     timer: StepTimer = cpu_timer,
     on_round: Callable[[], None] = lambda: None,
     focus: Focus = Focus(),
-) -> tuple[pd.DataFrame, list[dict[str, Any]], float]:
+    before: Before | None = None,
+) -> tuple[pd.DataFrame, list[dict[str, Any]], float, float]:
     """Verify and prefill rows of the profile, the mixed steps of `grid.mixed_points`, timed
-    in rounds over all of them (`round_robin`), the `focus` points more often, and the seconds
-    the focus's own rounds took (what the profile's work costs beyond its rounds)."""
+    in rounds over all of them (`round_robin`), the `focus` points more often, each verify
+    point after the `before` pass where given; and the seconds the focus's own rounds and the
+    `before` passes took (what the profile's work costs beyond its plain rounds)."""
     slots = max(grid.seqs) + max(grid.prefill_seqs, default=0)
     longest = max(b // r for _, b, r in grid.points())  # the widest block, cells included
     clock = PassClock(target, slots, max(grid.contexts) + longest)
@@ -193,6 +223,10 @@ def measure_cpu_profile(
     ]
     single = verify + prefill
     steps = [clock.step(parts) for *_, parts in single] + [clock.step(p) for p in mixed_parts]
+    spent: list[float] = []
+    if before is not None:
+        for j, (_, _, r, _, _) in enumerate(verify):
+            steps[j] = before.preceding(steps[j], r, spent)
     again = focus.points([r for _, _, r, _, _ in verify])
     times = round_robin(steps, repeats, warmup, timer, on_round, again, focus.rounds)
     focus_s = float(sum(times[j][repeats:].sum() for j in again))
@@ -212,7 +246,7 @@ def measure_cpu_profile(
         }
         for ((r, q), (rp, chunk), ctx), t in zip(mixed_points, times[len(rows) :], strict=True)
     ]
-    return pd.DataFrame(rows), mixed, focus_s
+    return pd.DataFrame(rows), mixed, focus_s, float(sum(spent))
 
 
 def composition_check(model: LatencyModel, mixed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -302,10 +336,11 @@ def write_cpu_profile(
     progress: bool = True,
     meta: dict[str, Any] | None = None,
     focus: Focus = Focus(),
+    before: Before | None = None,
 ) -> pd.DataFrame:
-    """Measure `target`'s passes on `grid` (the `focus` points more often) and write the
-    profile, its sidecar (machine, load, the model fit's residuals, the mixed-step composition
-    check) atomically."""
+    """Measure `target`'s passes on `grid` (the `focus` points more often, each verify point
+    after the `before` pass where given) and write the profile, its sidecar (machine, load, the
+    model fit's residuals, the mixed-step composition check) atomically."""
     import transformers
     from rich.progress import Progress
 
@@ -315,9 +350,10 @@ def write_cpu_profile(
     started = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {label} (rounds over all points)", total=repeats)
-        df, mixed, focus_s = measure_cpu_profile(
-            target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus
-        )
+        df, mixed, focus_s, before_s = measure_cpu_profile(
+            target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus,
+            before,
+        )  # fmt: skip
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
     fitted = LatencyModel(df, name=Path(out).stem)
@@ -341,6 +377,7 @@ def write_cpu_profile(
             "repeats": repeats * (1 + focus.rounds),
             "seconds": round(focus_s, 3),
         },
+        "before": None if before is None else {"note": before.note, "seconds": round(before_s, 3)},
         "warmup": warmup,
         "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),

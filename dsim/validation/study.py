@@ -95,9 +95,9 @@ def validate(
     trace_file = out / "trace-half.parquet"
     write_prompt_file(out / "prompts-served.jsonl", served)
     write_trace_half(half, trace_meta, s.acceptance, trace_file)
-    profile, draft_profile, prompt_lengths, focus_s = measure_profiles(bench, served)
+    profile, draft_profile, prompt_lengths, extra_s = measure_profiles(bench, served)
     phases.mark("load and profile")
-    timeline = study_timeline(bench, phases.seconds["load and profile"] - focus_s)
+    timeline = study_timeline(bench, phases.seconds["load and profile"] - extra_s)
     bench = sized_runs(bench, timeline)
     s = bench.settings
     meta |= {**run_sizes(s, len(served)), "requests_asked": requested, "profile": str(profile)}
@@ -140,8 +140,9 @@ def validate(
 def study_timeline(bench: Bench, profile_s: float) -> Timeline:
     """The study's projection from its profiling phase (`dsim.validation.timeline`), logged:
     the later phases scale with the policies (calibration bursts) and the tokens a run serves.
-    `profile_s` leaves out the profile's focus rounds: the phase's shares were measured
-    without them, and they are work the later phases do not scale with."""
+    `profile_s` leaves out the profile's focus rounds and the drafter passes before its
+    verify points: the phase's shares were measured without them, and they are work the later
+    phases do not scale with."""
     s, default = bench.settings, Settings()
     runs = {name: s.repeats * len(s.policies) for name, _ in s.loads}
     timeline = Timeline(bench.started, 60 * s.budget_minutes, runs)

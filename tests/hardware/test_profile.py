@@ -30,7 +30,13 @@ from dsim.hardware.measure import (
     time_point,
 )
 from dsim.hardware.show import curves, knee
-from dsim.models.cpu_profile import Focus, measure_cpu_profile, profile_cpu, round_robin
+from dsim.models.cpu_profile import (
+    Before,
+    Focus,
+    measure_cpu_profile,
+    profile_cpu,
+    round_robin,
+)
 from dsim.models.target import tiny_target
 
 TINY = {
@@ -323,11 +329,35 @@ def test_cpu_profile_times_its_focus_points_again_and_counts_their_seconds():
     grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 2), contexts=(16,), prefill_seqs=(1,),
                 prefill_chunks=(8,))  # fmt: skip
     focus = Focus(max_seqs=1, rounds=3)
-    df, mixed, focus_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, focus=focus)
+    df, mixed, focus_s, _ = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, focus=focus)
     points = len(df) + len(mixed)
     assert focus_s == 12.0 and len(timed) == 2 * points + 12
     assert (df["num_seqs"] == 1).sum() == 3  # the focus's 2 verify points and 1 prefill point
-    _, _, none_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
+    _, _, none_s, _ = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
+    assert none_s == 0.0
+
+
+def test_before_pass_runs_right_before_every_timed_verify_pass_and_no_other():
+    """A drafting engine's verify follows its draft: the `before` pass (given the point's R)
+    runs right before each verify point's timed pass, in every round, never before a prefill
+    or mixed point's, and its seconds are returned apart from the timed ones."""
+    events: list[object] = []
+
+    def timer(run):
+        run()
+        events.append("run")
+        return 1.0
+
+    grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 2), contexts=(16,), prefill_seqs=(1,),
+                prefill_chunks=(8,))  # fmt: skip
+    before = Before(lambda seqs: events.append(seqs), "test")
+    df, mixed, _, before_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, before=before)
+    verify = df[df["phase"] == "verify"]["num_seqs"].tolist()
+    others = len(df) - len(verify) + len(mixed)
+    one_round = [e for r in verify for e in (r, "run")] + ["run"] * others
+    assert events == one_round * 2
+    assert before_s >= 0.0
+    _, _, _, none_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
     assert none_s == 0.0
 
 

@@ -30,9 +30,10 @@ import torch
 
 from dsim.hardware.measure import CPU_TIMERS
 from dsim.models.cpu_profile import PassClock, random_target, round_robin
-from dsim.models.drafters import History, input_layers
+from dsim.models.drafters import input_layers
 from dsim.models.ragged import RaggedTarget
 from dsim.real.runner import load_models
+from dsim.validation.profiles import drafter_before
 from dsim.validation.settings import Settings
 
 CELLS = ((1, 1), (1, 2), (1, 5))
@@ -58,31 +59,12 @@ class LayersClock(PassClock):
             self.passes.store.open(rid, capacity)
 
 
-def after_draft(step, drafter, gen: torch.Generator):
-    """`step` with one untimed drafter pass (one sequence) after its setup."""
-    setup, run = step
-    size, window = drafter.feature_size, drafter.config.context
-    hidden = torch.randn(1, size, generator=gen)
-    anchor = torch.tensor([17])
-    history = History(
-        torch.randn(1, window, size, generator=gen),
-        torch.randint(100, (1, window), generator=gen),
-        torch.ones(1, window, dtype=torch.bool),
-    )
-
-    def draft_then_setup() -> None:
-        drafter.draft(hidden, anchor, gen, False, history)
-        setup()
-
-    return draft_then_setup, run
-
-
 def main(rounds: int) -> None:
     torch.set_num_threads(1)
     s = Settings()
     target, drafter = load_models(s.target, s.drafter)
     layers = input_layers(drafter, target)
-    gen = torch.Generator().manual_seed(0)
+    before = drafter_before(drafter)
     clocks = {
         "random": PassClock(random_target(s.target), *POOL),
         "real": PassClock(target, *POOL),
@@ -92,7 +74,7 @@ def main(rounds: int) -> None:
     steps = []
     for (_, clock, drafted), (r, q) in points:
         step = clocks[clock].step([(r, q, CONTEXT, False)])
-        steps.append(after_draft(step, drafter, gen) if drafted else step)
+        steps.append(before.preceding(step, r, []) if drafted else step)
     times = round_robin(steps, rounds, 1, CPU_TIMERS["wall"])
     median = {p: float(np.median(t)) * 1e3 for p, t in zip(points, times, strict=True)}
     print(f"# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()}")

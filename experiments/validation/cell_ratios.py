@@ -5,12 +5,17 @@ A ratio between two cells cancels what a run's pricing shares across its steps (
 the run's speed trace), so it shows how the profile shapes the cells against how the runs paid
 them. Per study and load, over its three seeds: dspark's mean decode step W at (1, 2) over its
 (1, 1), both from one run; fixed:4's at (1, 5) over mtp1's at (1, 2), two runs of one triple,
-each step divided by its run's speed trace. Then the step model's error per cell (predicted /
-real - 1) by the step's context, pooled over the studies: a profile interpolating wrongly
-between its contexts (128, 512, ...) would err more away from them.
-Usage, from a folder holding the studies' runs (extract them from the git history, e.g.
-`git archive f026812 experiments/validation/v42 | tar -x -C /tmp/rb`):
+each step divided by its run's speed trace; and mtp1's (1, 2) over dspark's (1, 1), the pair
+that sets the simulated dspark's TPOT against mtp1's (two runs, speed-divided); and the share of
+dspark's one-sequence decode steps that verify its draft, (1, 2) over (1, 1) and (1, 2): dspark
+schedules by the profile, so its prices move its real runs too. Then the step
+model's error per cell (predicted / real - 1) by the step's context, pooled over the studies: a
+profile interpolating wrongly between its contexts (128, 512, ...) would err more away from
+them. Usage, from a folder holding the studies' runs (extract them from the git history, e.g.
+`git archive f026812 experiments/validation/v42 | tar -x -C /tmp/rb`); `cell_ratios.txt` holds
+the two calls, before the verify points were profiled after the drafter's pass and after:
 python experiments/validation/cell_ratios.py v40 v41 v42 v43
+python experiments/validation/cell_ratios.py v44 v45
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ import numpy as np
 import pandas as pd
 
 CELLS = (("dspark", 1), ("dspark", 2), ("fixed4", 5), ("mtp1", 2))
+# (numerator cell, denominator cell) of each ratio printed
+PAIRS = (
+    (("dspark", 2), ("dspark", 1)),
+    (("fixed4", 5), ("mtp1", 2)),
+    (("mtp1", 2), ("dspark", 1)),
+)
 BINS = [0, 128, 192, 256, 384, 512, 4096]
 
 
@@ -37,29 +48,34 @@ def ratio(a: pd.DataFrame, b: pd.DataFrame, column: str) -> float:
 
 
 def main(studies: list[str]) -> None:
-    print("study load     dspark (1,2)/(1,1) real model   fixed:4 (1,5)/mtp1 (1,2) real model")
+    print(
+        "study load      dspark (1,2)/(1,1)      fixed:4 (1,5)/mtp1 (1,2)  mtp1 (1,2)/dspark (1,1)"
+        "  dspark\n"
+        "                real   model  error     real   model  error       real   model  error"
+        "  (1,2) share"
+    )
     errors = []
     for study in studies:
         for load in ("light", "moderate"):
             seeds = sorted(Path(f"experiments/validation/{study}/runs/{load}").glob("s*"))
-            out = {"d_real": [], "d_model": [], "f_real": [], "f_model": []}
+            out = {pair: {"real_s": [], "predicted_s": []} for pair in PAIRS}
+            verified = one_seq = 0
             for seed in seeds:
                 cells = {(p, q): one_seq_steps(seed, p, q) for p, q in CELLS}
-                one, two = cells["dspark", 1], cells["dspark", 2]
-                five, mtp = cells["fixed4", 5], cells["mtp1", 2]
-                out["d_real"].append(ratio(two, one, "real_s"))
-                out["d_model"].append(ratio(two, one, "predicted_s"))
-                out["f_real"].append(ratio(five, mtp, "real_s"))
-                out["f_model"].append(ratio(five, mtp, "predicted_s"))
+                verified += len(cells["dspark", 2])
+                one_seq += len(cells["dspark", 1]) + len(cells["dspark", 2])
+                for (a, b), by_column in out.items():
+                    for column, values in by_column.items():
+                        values.append(ratio(cells[a], cells[b], column))
                 for (policy, q), steps in cells.items():
                     errors.append(
                         steps.assign(cell=f"{policy} (1, {q})", bin=pd.cut(steps.context_len, BINS))
                     )
-            m = {k: np.mean(v) for k, v in out.items()}
-            print(
-                f"{study} {load:9s}            {m['d_real']:.4f} {m['d_model']:.4f}"
-                f"                          {m['f_real']:.4f} {m['f_model']:.4f}"
-            )
+            line = f"{study} {load:9s}"
+            for by_column in out.values():
+                real, model = np.mean(by_column["real_s"]), np.mean(by_column["predicted_s"])
+                line += f"  {real:.4f} {model:.4f} {model / real - 1:+.2%}"
+            print(f"{line}  {verified / one_seq:.2f}")
     steps = pd.concat(errors)
     table = steps.groupby(["cell", "bin"], observed=True).agg(
         steps=("real_s", "size"), real=("real_s", "sum"), predicted=("predicted_s", "sum")

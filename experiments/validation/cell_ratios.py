@@ -3,17 +3,18 @@ read-back of the studies' real runs, judging nothing).
 
 A ratio between two cells cancels what a run's pricing shares across its steps (the pass factor,
 the run's speed trace), so it shows how the profile shapes the cells against how the runs paid
-them. Per study and load, over its three seeds: dspark's mean decode step W at (1, 2) over its
-(1, 1), both from one run; fixed:4's at (1, 5) over mtp1's at (1, 2), two runs of one triple,
-each step divided by its run's speed trace; and mtp1's (1, 2) over dspark's (1, 1), the pair
-that sets the simulated dspark's TPOT against mtp1's (two runs, speed-divided); and the share of
-dspark's one-sequence decode steps that verify its draft, (1, 2) over (1, 1) and (1, 2): dspark
-schedules by the profile, so its prices move its real runs too. Then the step
-model's error per cell (predicted / real - 1) by the step's context, pooled over the studies: a
-profile interpolating wrongly between its contexts (128, 512, ...) would err more away from
-them. Usage, from a folder holding the studies' runs (extract them from the git history, e.g.
+them. Per study and load, over its three seeds, the mean decode step W of: dspark at (1, 2) over
+dspark at (1, 1), both from one run; fixed:4 at (1, 5) over mtp1 at (1, 2); mtp1 at (1, 2) over
+dspark at (1, 1), the pair that sets the simulated dspark's TPOT against mtp1's (two runs of one
+triple each, every step divided by its run's speed trace). Beside them, the share of dspark's
+one-sequence decode steps that verify its draft: dspark schedules by the profile, so a profile's
+prices move its real runs too. Then the step model's error per cell (predicted / real - 1) by
+the step's context, pooled over the studies: a profile interpolating wrongly between its
+contexts (128, 512, ...) would err more away from them.
+
+Usage, from a folder holding the studies' runs (extract them from the git history, e.g.
 `git archive f026812 experiments/validation/v42 | tar -x -C /tmp/rb`); `cell_ratios.txt` holds
-the two calls, before the verify points were profiled after the drafter's pass and after:
+two calls, before and after the verify points were profiled after the drafter's pass:
 python experiments/validation/cell_ratios.py v40 v41 v42 v43
 python experiments/validation/cell_ratios.py v44 v45
 """

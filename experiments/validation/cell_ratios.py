@@ -16,7 +16,7 @@ Usage, from a folder holding the studies' runs (extract them from the git histor
 `git archive f026812 experiments/validation/v42 | tar -x -C /tmp/rb`); `cell_ratios.txt` holds
 two calls, before and after the verify points were profiled after the drafter's pass:
 python experiments/validation/cell_ratios.py v40 v41 v42 v43
-python experiments/validation/cell_ratios.py v44 v45
+python experiments/validation/cell_ratios.py v44 v45 v46 v47
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def one_seq_steps(seed: Path, policy: str, tokens: int) -> pd.DataFrame:
 
 
 def ratio(a: pd.DataFrame, b: pd.DataFrame, column: str) -> float:
+    """Mean speed-divided step of a over b's; NaN where a run has no step of either cell."""
+    if a.empty or b.empty:
+        return float("nan")
     return float((a[column] / a.speed).mean() / (b[column] / b.speed).mean())
 
 
@@ -74,7 +77,8 @@ def main(studies: list[str]) -> None:
                     )
             line = f"{study} {load:9s}"
             for by_column in out.values():
-                real, model = np.mean(by_column["real_s"]), np.mean(by_column["predicted_s"])
+                # a seed without a cell's step (dspark verifying no draft) is left out
+                real, model = np.nanmean(by_column["real_s"]), np.nanmean(by_column["predicted_s"])
                 line += f"  {real:.4f} {model:.4f} {model / real - 1:+.2%}"
             print(f"{line}  {verified / one_seq:.2f}")
     steps = pd.concat(errors)

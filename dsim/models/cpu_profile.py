@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -194,6 +194,17 @@ def _row(times: np.ndarray, phase: str, tokens: int, seqs: int, ctx: int) -> dic
     }
 
 
+class Timed(NamedTuple):
+    """What `measure_cpu_profile` timed: the profile's rows, the mixed steps, and the seconds
+    of its work beyond the plain rounds (the focus's rounds, the `before` passes), which a
+    projection of the profiling phase leaves out."""
+
+    rows: pd.DataFrame
+    mixed: list[dict[str, Any]]
+    focus_s: float
+    before_s: float
+
+
 def measure_cpu_profile(
     target: Any,
     grid: Grid,
@@ -203,7 +214,7 @@ def measure_cpu_profile(
     on_round: Callable[[], None] = lambda: None,
     focus: Focus = Focus(),
     before: Before | None = None,
-) -> tuple[pd.DataFrame, list[dict[str, Any]], float, float]:
+) -> Timed:
     """Verify and prefill rows of the profile, the mixed steps of `grid.mixed_points`, timed
     in rounds over all of them (`round_robin`), the `focus` points more often, each verify
     point after the `before` pass where given; and the seconds the focus's own rounds and the
@@ -246,7 +257,7 @@ def measure_cpu_profile(
         }
         for ((r, q), (rp, chunk), ctx), t in zip(mixed_points, times[len(rows) :], strict=True)
     ]
-    return pd.DataFrame(rows), mixed, focus_s, float(sum(spent))
+    return Timed(pd.DataFrame(rows), mixed, focus_s, float(sum(spent)))
 
 
 def composition_check(model: LatencyModel, mixed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -350,10 +361,11 @@ def write_cpu_profile(
     started = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {label} (rounds over all points)", total=repeats)
-        df, mixed, focus_s, before_s = measure_cpu_profile(
+        timed = measure_cpu_profile(
             target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus,
             before,
         )  # fmt: skip
+    df, mixed = timed.rows, timed.mixed
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
     fitted = LatencyModel(df, name=Path(out).stem)
@@ -375,9 +387,9 @@ def write_cpu_profile(
         "focus": {
             **asdict(focus),
             "repeats": repeats * (1 + focus.rounds),
-            "seconds": round(focus_s, 3),
+            "seconds": round(timed.focus_s, 3),
         },
-        "before": None if before is None else {"note": before.note, "seconds": round(before_s, 3)},
+        "before": before and {"note": before.note, "seconds": round(timed.before_s, 3)},
         "warmup": warmup,
         "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -329,12 +330,11 @@ def test_cpu_profile_times_its_focus_points_again_and_counts_their_seconds():
     grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 2), contexts=(16,), prefill_seqs=(1,),
                 prefill_chunks=(8,))  # fmt: skip
     focus = Focus(max_seqs=1, rounds=3)
-    df, mixed, focus_s, _ = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, focus=focus)
-    points = len(df) + len(mixed)
-    assert focus_s == 12.0 and len(timed) == 2 * points + 12
-    assert (df["num_seqs"] == 1).sum() == 3  # the focus's 2 verify points and 1 prefill point
-    _, _, none_s, _ = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
-    assert none_s == 0.0
+    got = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, focus=focus)
+    points = len(got.rows) + len(got.mixed)
+    assert got.focus_s == 12.0 and len(timed) == 2 * points + 12
+    assert (got.rows["num_seqs"] == 1).sum() == 3  # the focus's 2 verify points and 1 prefill point
+    assert measure_cpu_profile(tiny_target(), grid, 2, 0, timer).focus_s == 0.0
 
 
 def test_before_pass_runs_right_before_every_timed_verify_pass_and_no_other():
@@ -350,15 +350,23 @@ def test_before_pass_runs_right_before_every_timed_verify_pass_and_no_other():
 
     grid = Grid(seqs=(1, 4), tokens_per_seq=(1, 2), contexts=(16,), prefill_seqs=(1,),
                 prefill_chunks=(8,))  # fmt: skip
-    before = Before(lambda seqs: events.append(seqs), "test")
-    df, mixed, _, before_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer, before=before)
+
+    def before_pass(seqs: int) -> None:
+        events.append(seqs)
+        time.sleep(0.002)
+
+    timed = measure_cpu_profile(
+        tiny_target(), grid, 2, 0, timer, before=Before(before_pass, "test")
+    )
+    df = timed.rows
     verify = df[df["phase"] == "verify"]["num_seqs"].tolist()
-    others = len(df) - len(verify) + len(mixed)
+    others = len(df) - len(verify) + len(timed.mixed)
     one_round = [e for r in verify for e in (r, "run")] + ["run"] * others
     assert events == one_round * 2
-    assert before_s >= 0.0
-    _, _, _, none_s = measure_cpu_profile(tiny_target(), grid, 2, 0, timer)
-    assert none_s == 0.0
+    # every before pass's wall seconds counted, none of them in the timed ones (all 1.0)
+    assert timed.before_s >= 0.002 * 2 * len(verify)
+    assert (df["latency_ms"] == 1e3).all()
+    assert measure_cpu_profile(tiny_target(), grid, 2, 0, timer).before_s == 0.0
 
 
 def test_focus_picks_the_verify_points_of_few_sequences_and_nothing_without_rounds():

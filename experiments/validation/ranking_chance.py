@@ -19,9 +19,12 @@ its study's mean, the ratio's TPOT error against its accepted-length error.
 
 Usage, from a folder holding the studies' `validation.json` (extract them from the git
 history, e.g. `git show 4cb2cca:experiments/validation/v40/validation.json`); the committed
-`ranking_chance.txt` holds two calls, the Xeon's studies and the EPYC's:
+`ranking_chance.txt` holds four calls: the Xeon's studies, the EPYC's before v48 and v49 were
+run, those two alone (as pre-registered), and the EPYC's with them:
 python experiments/validation/ranking_chance.py v26 v27 v28 v29 v31 v32 v33
 python experiments/validation/ranking_chance.py v34 v35 ... v47
+python experiments/validation/ranking_chance.py v48 v49
+python experiments/validation/ranking_chance.py v34 v35 ... v49
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ error per cell (1, 1) +0.7..+3.8%, (1, 2) -0.1..-1.4%, (1, 5) +0.3..+2.0% (v40-v
 whose ratio to its price moves that way between cells is where the bias is. Last, per cycle
 (policies served a minute apart, so the machine's drift mostly cancels): T over its price for
 fixed:4's (1, 5) over mtp1's (1, 2), and dspark's (1, 2) over its (1, 1).
-Usage: PYTHONPATH=. .venv/bin/python experiments/validation/probe_steps.py > probe_steps.txt
+Usage, from the repository root, with v43's trimmed study restored from the git history:
+git archive f026812 experiments/validation/v43 | tar -x
+PYTHONPATH=. .venv/bin/python experiments/validation/probe_steps.py > probe_steps.txt
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from dsim.validation.ranking_chance import load_chances
+
 METRICS = ("throughput_tok_s", "tpot_p50_s", "tpot_p90_s", "ttft_p50_s", "accepted_length_mean")
 LABELS = {
     "throughput_tok_s": "throughput (tok/s)",
@@ -130,10 +132,30 @@ def ranking_gaps(frame: pd.DataFrame, load: str, order: list[str]) -> list[dict]
     return gaps
 
 
+def ranking_chances(frame: pd.DataFrame, kind: str) -> dict[str, float | None]:
+    """Per load: the chance an unbiased simulation ranks the policies as the real runs did,
+    erring only by the noise the study's seeds show (`dsim.validation.ranking_chance`; the
+    first policy is the reference, which the ranking does not depend on). Read beside the
+    identical-ranking target, never judging it."""
+    policies = list(dict.fromkeys(frame["policy"]))
+    loads = list(dict.fromkeys(frame["load"]))
+    tpot = {}
+    for load in loads:
+        sides = [
+            [_values(frame, load, p, side, "tpot_p50_s") for p in policies]
+            for side in ("real", kind)
+        ]
+        if len({len(v) for side in sides for v in side}) != 1:
+            return dict.fromkeys(loads)  # not every policy and kind ran every seed: none paired
+        tpot[load] = (np.array(sides[0]), np.array(sides[1]))
+    return load_chances(tpot)
+
+
 def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
     """Per load: TPOT p50 means, the ranking and the ratios policy/mtp1, real and simulated,
     and the accuracy targets (met or not) for the `kind` simulation."""
     out = {}
+    chances = ranking_chances(frame, kind)
     for load in dict.fromkeys(frame["load"]):
         policies = list(dict.fromkeys(frame[frame.load == load]["policy"]))
         entry: dict = {}
@@ -144,6 +166,7 @@ def comparisons(frame: pd.DataFrame, kind: str = "trace") -> dict:
             if BASELINE in means:
                 entry[name]["ratios"] = ratios(means)
         entry["real"]["ranking_gaps"] = ranking_gaps(frame, load, entry["real"]["ranking"])
+        entry["real"]["ranking_chance"] = chances[load]
         errors = {
             p: entry["sim"]["tpot_p50_s"][p] / entry["real"]["tpot_p50_s"][p] - 1 for p in policies
         }

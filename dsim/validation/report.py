@@ -176,6 +176,8 @@ def _load(load: str, results: dict, c: dict) -> list[str]:
         "",
         _ranking_gaps(c["real"]["ranking_gaps"]),
         "",
+        _ranking_chance(c["real"]["ranking_chance"]),
+        "",
     ]
     if "ratios" in c["real"]:
         rows = [
@@ -200,6 +202,16 @@ def _ranking_gaps(gaps: list[dict]) -> str:
     return (
         f"Real ranking's adjacent pairs (paired over seeds, gap ± its standard error; a paired "
         f"t-test at {RANKING_ALPHA:.0%} two-sided; read, not judged): {'; '.join(parts)}."
+    )
+
+
+def _ranking_chance(chance: float | None) -> str:
+    """What a ranking miss at this load can say (read, not judged)."""
+    said = "not read (no spread over seeds)" if chance is None else f"{chance:.2f}"
+    return (
+        "Chance that a simulation with no bias, erring only by the noise this study's seeds "
+        "show (the real runs' own acceptance and queueing), ranks the policies as the real "
+        f"runs did (read, not judged; a low chance means a ranking miss says little): {said}."
     )
 
 

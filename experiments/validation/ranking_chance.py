@@ -1,30 +1,32 @@
-"""How often the identical-ranking target can be met by chance alone (a read-back of the
-studies, judging nothing).
+"""How often the identical-ranking target can be met by chance alone (a read-back of the studies,
+judging nothing).
 
 The target asks the trace-driven simulation to rank mtp1, fixed:4 and dspark by TPOT p50 (mean
 over the three seeds) exactly as the real runs do, at each load. A simulation that is right on
-average still errs per seed: the real runs pay their own acceptance (the served prompts'
-draws) and their own queueing, which no simulation shares. This reads that noise from each
-study's own seeds: per seed, the error of the simulated ratio policy / mtp1 against the real
-one (log), whose spread over the three seeds, over sqrt(3), is the noise on the study's mean.
-An unbiased simulation with that noise (pooled over the studies given, the two ratios'
-errors correlated as the studies' are) is then drawn against each study's real gaps (Monte
-Carlo, a fixed seed): the chance it ranks the three as the real runs did. Printed per study
-and load, with the observed outcome; per load the mean chance and the observed count; per
-study the chance of both loads (independent runs), whose mean is the chance one study meets
-both ranking targets with nothing wrong in the model. Also the errors' bias and spread over
-the studies beside the noise: a spread no larger than the noise says the studies' misses are
-the noise's. Last, how much of the noise the runs' own acceptance explains: per seed, about
-its study's mean, the ratio's TPOT error against its accepted-length error.
+average still errs per seed: the real runs pay their own acceptance (the served prompts' draws)
+and their own queueing, which no simulation shares. This reads that noise from each study's own
+seeds: per seed, the error of the simulated ratio policy / mtp1 against the real one (log),
+whose spread over the three seeds, over sqrt(3), is the noise on the study's mean. An unbiased
+simulation with that noise (pooled over the studies given, the two ratios' errors correlated as
+the studies' are) is then drawn against each study's real gaps (Monte Carlo, a fixed seed;
+`dsim.validation.ranking_chance.chance`, which every study's report also reads on its own seeds
+alone): the chance it ranks the three as the real runs did. Printed per study and load, with the
+observed outcome; per load the mean chance and the observed count; per study the chance of both
+loads (independent runs), whose mean is the chance one study meets both ranking targets with
+nothing wrong in the model. Also the errors' bias and spread over the studies beside the noise:
+a spread no larger than the noise says the studies' misses are the noise's. Last, how much of
+the noise the runs' own acceptance explains: per seed, about its study's mean, the ratio's TPOT
+error against its accepted-length error.
 
-Usage, from a folder holding the studies' `validation.json` (extract them from the git
-history, e.g. `git show 4cb2cca:experiments/validation/v40/validation.json`); the committed
-`ranking_chance.txt` holds four calls: the Xeon's studies, the EPYC's before v48 and v49 were
-run, those two alone (as pre-registered), and the EPYC's with them:
-python experiments/validation/ranking_chance.py v26 v27 v28 v29 v31 v32 v33
-python experiments/validation/ranking_chance.py v34 v35 ... v47
-python experiments/validation/ranking_chance.py v48 v49
-python experiments/validation/ranking_chance.py v34 v35 ... v49
+Usage, from a folder holding the studies' `validation.json` (REPO: this repository's root)
+(extract them from the git history, e.g. `git show
+4cb2cca:experiments/validation/v40/validation.json`); the committed `ranking_chance.txt` holds
+four calls: the Xeon's studies, the EPYC's before v48 and v49 were run, those two alone (as
+pre-registered), and the EPYC's with them:
+PYTHONPATH=REPO python experiments/validation/ranking_chance.py v26 v27 v28 v29 v31 v32 v33
+PYTHONPATH=REPO python experiments/validation/ranking_chance.py v34 v35 ... v47
+PYTHONPATH=REPO python experiments/validation/ranking_chance.py v48 v49
+PYTHONPATH=REPO python experiments/validation/ranking_chance.py v34 v35 ... v49
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dsim.validation.ranking_chance import chance
+
 POLICIES = ("mtp1", "fixed:4", "dspark")
 OTHERS = POLICIES[1:]  # each priced as a ratio over mtp1
 LOADS = ("light", "moderate")
-DRAWS = 20_000
 
 
 def seed_runs(record: dict, load: str, metric: str) -> tuple[dict, dict]:
@@ -78,15 +81,6 @@ def read_cell(study: Path, load: str) -> dict:
         "seed_tpot": (per_seed - per_seed.mean(axis=1, keepdims=True)).ravel(),
         "seed_accepted": (accepted - accepted.mean(axis=1, keepdims=True)).ravel(),
     }
-
-
-def chance(gap: np.ndarray, cov: np.ndarray, rng: np.random.Generator) -> float:
-    """The chance an unbiased simulation with error covariance `cov` on the two ratios ranks
-    mtp1 (0), fixed:4 and dspark (`gap`, log over mtp1) in the real runs' order."""
-    drawn = gap + rng.multivariate_normal(np.zeros(2), cov, DRAWS)
-    order = np.argsort(np.concatenate([[0.0], gap]))
-    sims = np.column_stack([np.zeros(DRAWS), drawn])
-    return float((np.argsort(sims, axis=1) == order).all(axis=1).mean())
 
 
 def main(studies: list[Path]) -> None:

@@ -708,8 +708,12 @@ def test_validate_end_to_end_on_the_tiny_target(inputs, tmp_path):
     assert "ttft_p50_within_20pct" in report and ("met**" in report or "missed**" in report)
     pairs = [line for line in report.splitlines() if line.startswith("Real ranking's adjacent")]
     assert len(pairs) == 2 and all(" < " in p and "told apart)" in p for p in pairs)  # per load
+    chances = [line for line in report.splitlines() if line.startswith("Chance that a simul")]
     for load, c in json.loads((out / "comparison.json").read_text())["by_load"].items():
         assert [g["faster"] for g in c["real"]["ranking_gaps"]] == c["real"]["ranking"][:1], load
+        assert 0.0 <= c["real"]["ranking_chance"] <= 1.0, load  # two seeds: a spread to read
+        assert sum(f": {c['real']['ranking_chance']:.2f}." in line for line in chances) >= 1
+    assert len(chances) == 2  # per load
     assert sum(line.startswith("[") for line in lines) == 10  # a line per real run, re-run too
     assert "[10/10] moderate seed 1 dspark" in "\n".join(lines)  # the re-run's runs counted
     projected = [j for j, line in enumerate(lines) if line.startswith("projected total ")]

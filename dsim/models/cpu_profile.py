@@ -365,7 +365,7 @@ def write_cpu_profile(
             target, grid, repeats, warmup, CPU_TIMERS[timer], lambda: bar.advance(task), focus,
             before,
         )  # fmt: skip
-    df, mixed = timed.rows, timed.mixed
+    df, mixed, before_s = timed.rows, timed.mixed, round(timed.before_s, 3)
     device = device_name(torch.device("cpu"))
     df = df.assign(device=device, model=label, dtype="float32")
     fitted = LatencyModel(df, name=Path(out).stem)
@@ -389,7 +389,7 @@ def write_cpu_profile(
             "repeats": repeats * (1 + focus.rounds),
             "seconds": round(timed.focus_s, 3),
         },
-        "before": before and {"note": before.note, "seconds": round(timed.before_s, 3)},
+        "before": None if before is None else {"note": before.note, "seconds": before_s},
         "warmup": warmup,
         "timer": TIMER_NOTES[timer],
         "grid": grid.describe(),

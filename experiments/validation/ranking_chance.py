@@ -37,26 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dsim.validation.ranking_chance import chance
+from dsim.validation.ranking_chance import chance, seed_errors
 
 POLICIES = ("mtp1", "fixed:4", "dspark")
-OTHERS = POLICIES[1:]  # each priced as a ratio over mtp1
 LOADS = ("light", "moderate")
 
 
-def seed_runs(record: dict, load: str, metric: str) -> tuple[dict, dict]:
-    """Per policy: the real runs' and the trace-driven simulations' `metric`, one per seed."""
-    real, sim = {}, {}
-    for policy in POLICIES:
-        cell = record[policy]["trace"][metric]["loads"][load]
-        real[policy] = np.array(cell["real_runs"])
-        sim[policy] = np.array(cell["sim_runs"])
-    return real, sim
-
-
-def ratio_errors(real: dict, sim: dict) -> np.ndarray:
-    """Per seed: the simulated ratio over mtp1 against the real one (log), fixed:4 and dspark."""
-    return np.array([np.log(sim[p] / sim["mtp1"]) - np.log(real[p] / real["mtp1"]) for p in OTHERS])
+def seed_runs(record: dict, load: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """The real runs' and the trace-driven simulations' `metric`, (policies, seeds) in the
+    order of POLICIES (mtp1 first, as `seed_errors` takes them)."""
+    cells = [record[policy]["trace"][metric]["loads"][load] for policy in POLICIES]
+    return tuple(np.array([cell[side] for cell in cells]) for side in ("real_runs", "sim_runs"))
 
 
 def read_cell(study: Path, load: str) -> dict:
@@ -64,20 +55,19 @@ def read_cell(study: Path, load: str) -> dict:
     simulation's error on them, the per-seed noise on that error, and the observed ranking."""
     record = json.loads((study / "validation.json").read_text())
     real, sim = seed_runs(record, load, "tpot_p50_s")
-    real_mean = {p: real[p].mean() for p in POLICIES}
-    sim_mean = {p: sim[p].mean() for p in POLICIES}
-    gap = np.array([np.log(real_mean[p] / real_mean["mtp1"]) for p in OTHERS])
-    error = np.array([np.log(sim_mean[p] / sim_mean["mtp1"]) for p in OTHERS]) - gap
-    per_seed = ratio_errors(real, sim)
-    accepted = ratio_errors(*seed_runs(record, load, "accepted_length_mean"))
-    same = sorted(POLICIES, key=real_mean.get) == sorted(POLICIES, key=sim_mean.get)
+    real_mean, sim_mean = real.mean(axis=1), sim.mean(axis=1)
+    gap = np.log(real_mean[1:] / real_mean[0])
+    error = np.log(sim_mean[1:] / sim_mean[0]) - gap
+    per_seed = seed_errors(real, sim)
+    accepted = seed_errors(*seed_runs(record, load, "accepted_length_mean"))
+    same = (np.argsort(real_mean) == np.argsort(sim_mean)).all()
     return {
         "study": study.name,
         "load": load,
         "gap": gap,
         "error": error,
         "noise": per_seed.std(axis=1, ddof=1) / np.sqrt(per_seed.shape[1]),
-        "same": same,
+        "same": bool(same),
         "seed_tpot": (per_seed - per_seed.mean(axis=1, keepdims=True)).ravel(),
         "seed_accepted": (accepted - accepted.mean(axis=1, keepdims=True)).ravel(),
     }
@@ -87,8 +77,8 @@ def main(studies: list[Path]) -> None:
     cells = [read_cell(s, load) for s in studies for load in LOADS]
     noise = np.sqrt(np.mean([c["noise"] ** 2 for c in cells], axis=0))
     rho = np.corrcoef([c["error"] for c in cells], rowvar=False)[0, 1]
-    cov = np.array([[noise[0] ** 2, rho * noise[0] * noise[1]], [0.0, noise[1] ** 2]])
-    cov[1, 0] = cov[0, 1]
+    covariance = rho * noise[0] * noise[1]
+    cov = np.array([[noise[0] ** 2, covariance], [covariance, noise[1] ** 2]])
     rng = np.random.default_rng(0)
     print(f"studies: {' '.join(s.name for s in studies)}")
     print(
